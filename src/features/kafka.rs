@@ -1,0 +1,102 @@
+//! Apache Kafka 4.1's own features: their supported ranges, the metadata.version
+//! release names, and the dependency table. Used as kshim's defaults so that a
+//! client pointed at a standalone kshim sees a realistic cluster.
+
+use super::{Dependencies, Requirement, SupportedFeatures, SupportedRange};
+
+pub const METADATA_VERSION: &str = "metadata.version";
+
+/// metadata.version levels: (level, release name, whether the level changed the
+/// metadata format, which makes a downgrade across it lose information).
+/// From org.apache.kafka.server.common.MetadataVersion in Kafka 4.1.
+pub const METADATA_VERSIONS: &[(i16, &str, bool)] = &[
+    (7, "3.3-IV3", true),
+    (8, "3.4-IV0", true),
+    (9, "3.5-IV0", false),
+    (10, "3.5-IV1", true),
+    (11, "3.5-IV2", true),
+    (12, "3.6-IV0", false),
+    (13, "3.6-IV1", true),
+    (14, "3.6-IV2", true),
+    (15, "3.7-IV0", true),
+    (16, "3.7-IV1", false),
+    (17, "3.7-IV2", true),
+    (18, "3.7-IV3", false),
+    (19, "3.7-IV4", false),
+    (20, "3.8-IV0", true),
+    (21, "3.9-IV0", false),
+    (22, "4.0-IV0", true),
+    (23, "4.0-IV1", true),
+    (24, "4.0-IV2", false),
+    (25, "4.0-IV3", true),
+    (26, "4.1-IV0", false),
+    (27, "4.1-IV1", false),
+];
+
+pub const METADATA_VERSION_MIN: i16 = 7;
+pub const METADATA_VERSION_LATEST_PRODUCTION: i16 = 27;
+
+/// The release name of a metadata.version level, as FeatureCommand prints it.
+pub fn metadata_version_name(level: i16) -> Option<&'static str> {
+    METADATA_VERSIONS.iter().find(|(l, _, _)| *l == level).map(|(_, name, _)| *name)
+}
+
+/// The level of a release name such as "3.9-IV0" (or "3.9", meaning its latest).
+pub fn metadata_version_level(name: &str) -> Option<i16> {
+    if let Some((level, _, _)) = METADATA_VERSIONS.iter().find(|(_, n, _)| *n == name) {
+        return Some(*level);
+    }
+    METADATA_VERSIONS
+        .iter()
+        .filter(|(_, n, _)| n.split('-').next() == Some(name))
+        .map(|(l, _, _)| *l)
+        .max()
+}
+
+/// Whether going from `from` down to `to` crosses a level that changed the
+/// metadata format (MetadataVersion.checkIfMetadataChanged).
+pub fn metadata_changed_between(to: i16, from: i16) -> bool {
+    METADATA_VERSIONS.iter().any(|(level, _, changed)| *level > to && *level <= from && *changed)
+}
+
+/// The features a Kafka 4.1 broker supports.
+pub fn supported_features() -> SupportedFeatures {
+    [
+        ("eligible.leader.replicas.version", 0, 1),
+        ("group.version", 0, 1),
+        ("kraft.version", 0, 1),
+        (METADATA_VERSION, METADATA_VERSION_MIN, METADATA_VERSION_LATEST_PRODUCTION),
+        ("share.version", 0, 1),
+        ("transaction.version", 0, 2),
+    ]
+    .into_iter()
+    .map(|(name, min, max)| (name.to_owned(), SupportedRange::new(min, max)))
+    .collect()
+}
+
+/// Kafka 4.1's dependency table (org.apache.kafka.server.common.Feature and its
+/// FeatureVersion enums).
+pub fn dependencies() -> Dependencies {
+    let mut d = Dependencies::default();
+    let mv = |level| Requirement { feature: METADATA_VERSION.to_owned(), min_level: level };
+    d.add("group.version", 1, mv(22));
+    d.add("eligible.leader.replicas.version", 1, mv(23));
+    d.add("share.version", 1, mv(26));
+    d.add("kraft.version", 1, mv(21));
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_names_round_trip() {
+        for (level, name, _) in METADATA_VERSIONS {
+            assert_eq!(metadata_version_name(*level), Some(*name));
+            assert_eq!(metadata_version_level(name), Some(*level));
+        }
+        assert_eq!(metadata_version_level("3.7"), Some(19));
+        assert_eq!(metadata_version_level("9.9"), None);
+    }
+}

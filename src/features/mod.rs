@@ -1,0 +1,137 @@
+//! The feature model of KIP-584 as Kafka ships it: supported ranges, finalized
+//! levels with one epoch, dependencies between features, and the rules that decide
+//! whether an UpdateFeatures request may be applied.
+//!
+//! Pure data and rules: no I/O, no wire format, no locking.
+
+pub mod dependencies;
+pub mod kafka;
+pub mod update;
+
+pub use dependencies::{Dependencies, Requirement};
+pub use update::{plan_update, FeatureUpdate, Supporter, UpdatePlan, UpdateRejection, UpgradeType};
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The versions of one feature that a node can run, both ends inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SupportedRange {
+    pub min: i16,
+    pub max: i16,
+}
+
+impl SupportedRange {
+    pub fn new(min: i16, max: i16) -> Self {
+        SupportedRange { min, max }
+    }
+
+    pub fn contains(&self, level: i16) -> bool {
+        self.min <= level && level <= self.max
+    }
+}
+
+impl fmt::Display for SupportedRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.min, self.max)
+    }
+}
+
+/// Feature name -> supported range, in name order.
+pub type SupportedFeatures = BTreeMap<String, SupportedRange>;
+
+/// The cluster-wide finalized levels and the epoch that names this state.
+/// A feature at level 0 is disabled and not listed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FinalizedFeatures {
+    pub epoch: i64,
+    pub levels: BTreeMap<String, i16>,
+}
+
+impl FinalizedFeatures {
+    pub fn level(&self, name: &str) -> i16 {
+        self.levels.get(name).copied().unwrap_or(0)
+    }
+
+    /// The state after `levels` replaced the current ones, one epoch later.
+    pub fn with_levels(&self, levels: &BTreeMap<String, i16>) -> FinalizedFeatures {
+        let mut next = self.levels.clone();
+        for (name, &level) in levels {
+            if level == 0 {
+                next.remove(name);
+            } else {
+                next.insert(name.clone(), level);
+            }
+        }
+        FinalizedFeatures { epoch: self.epoch + 1, levels: next }
+    }
+}
+
+/// Everything ApiVersions reports about features, read as one value.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FeatureSnapshot {
+    pub supported: SupportedFeatures,
+    pub finalized: FinalizedFeatures,
+}
+
+/// A stored level this instance cannot run: the KIP's broker protection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incompatibility {
+    pub feature: String,
+    pub finalized: i16,
+    pub supported: Option<SupportedRange>,
+}
+
+impl fmt::Display for Incompatibility {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.supported {
+            Some(range) => write!(
+                f,
+                "feature {} is finalized at level {} (finalized range {}-{}) but this instance supports only {}-{}",
+                self.feature, self.finalized, self.finalized, self.finalized, range.min, range.max
+            ),
+            None => write!(
+                f,
+                "feature {} is finalized at level {} (finalized range {}-{}) but this instance does not support it",
+                self.feature, self.finalized, self.finalized, self.finalized
+            ),
+        }
+    }
+}
+
+/// Every finalized level that `supported` cannot run.
+pub fn incompatibilities(supported: &SupportedFeatures, finalized: &FinalizedFeatures) -> Vec<Incompatibility> {
+    finalized
+        .levels
+        .iter()
+        .filter(|(name, &level)| !supported.get(*name).is_some_and(|r| r.contains(level)))
+        .map(|(name, &level)| Incompatibility {
+            feature: name.clone(),
+            finalized: level,
+            supported: supported.get(name).copied(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_levels_drops_disabled_features_and_moves_the_epoch() {
+        let f = FinalizedFeatures { epoch: 3, levels: [("a".into(), 1), ("b".into(), 2)].into() };
+        let next = f.with_levels(&[("a".into(), 0), ("c".into(), 4)].into());
+        assert_eq!(next.epoch, 4);
+        assert_eq!(next.levels, [("b".to_owned(), 2), ("c".to_owned(), 4)].into());
+    }
+
+    #[test]
+    fn incompatibilities_name_the_feature_and_both_ranges() {
+        let supported: SupportedFeatures = [("a".into(), SupportedRange::new(1, 2))].into();
+        let f = FinalizedFeatures { epoch: 1, levels: [("a".into(), 3), ("z".into(), 1)].into() };
+        let found = incompatibilities(&supported, &f);
+        assert_eq!(found.len(), 2);
+        assert!(found[0].to_string().contains("supports only 1-2"));
+        assert!(found[1].to_string().contains("does not support it"));
+    }
+}

@@ -1,0 +1,321 @@
+//! Whether an UpdateFeatures request may be applied, and what it changes.
+//!
+//! The rules and their order follow the Kafka 4.1 KRaft controller
+//! (FeatureControlManager): upgrade type, level sign, support by every supporter,
+//! direction against the upgrade type, metadata.version's own limits, then
+//! dependencies against the proposed state. The first failure rejects the whole
+//! request and nothing applies.
+
+use super::kafka::{metadata_changed_between, metadata_version_name, METADATA_VERSION, METADATA_VERSION_MIN};
+use super::{Dependencies, FinalizedFeatures, SupportedFeatures};
+use crate::protocol::error_codes;
+use std::collections::{BTreeMap, HashSet};
+
+/// How a level may move (UpdateFeatures v1+ UpgradeType; v0's AllowDowngrade maps
+/// to SafeDowngrade when true and Upgrade when false).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpgradeType {
+    Upgrade,
+    SafeDowngrade,
+    UnsafeDowngrade,
+    Unknown(i8),
+}
+
+impl UpgradeType {
+    pub fn from_code(code: i8) -> UpgradeType {
+        match code {
+            1 => UpgradeType::Upgrade,
+            2 => UpgradeType::SafeDowngrade,
+            3 => UpgradeType::UnsafeDowngrade,
+            other => UpgradeType::Unknown(other),
+        }
+    }
+
+    pub fn code(self) -> i8 {
+        match self {
+            UpgradeType::Upgrade => 1,
+            UpgradeType::SafeDowngrade => 2,
+            UpgradeType::UnsafeDowngrade => 3,
+            UpgradeType::Unknown(c) => c,
+        }
+    }
+
+    pub fn from_allow_downgrade(allow: bool) -> UpgradeType {
+        if allow {
+            UpgradeType::SafeDowngrade
+        } else {
+            UpgradeType::Upgrade
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureUpdate {
+    pub name: String,
+    pub level: i16,
+    pub upgrade_type: UpgradeType,
+}
+
+/// A node whose supported ranges bound every new level: in standalone, this kshim
+/// instance; in front of a cluster, also the upstream brokers that advertise the
+/// feature. `label` is how messages name it, e.g. "Local controller 1".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supporter {
+    pub label: String,
+    pub features: SupportedFeatures,
+}
+
+/// Why a request was refused: the feature that failed first, the Kafka error code,
+/// and the per-feature message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateRejection {
+    pub feature: Option<String>,
+    pub code: i16,
+    pub message: String,
+}
+
+/// What an accepted request changes. `changes` holds only levels that differ from
+/// the current state; it is empty when every update was a no-op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdatePlan {
+    pub changes: BTreeMap<String, i16>,
+}
+
+fn invalid_update(name: &str, level: i16, reason: &str) -> UpdateRejection {
+    UpdateRejection {
+        feature: Some(name.to_owned()),
+        code: error_codes::INVALID_UPDATE_VERSION,
+        message: format!("Invalid update version {level} for feature {name}. {reason}"),
+    }
+}
+
+/// Decides whether `updates` may be applied to `current`.
+pub fn plan_update(
+    current: &FinalizedFeatures,
+    supporters: &[Supporter],
+    dependencies: &Dependencies,
+    updates: &[FeatureUpdate],
+) -> Result<UpdatePlan, UpdateRejection> {
+    let mut seen = HashSet::new();
+    if let Some(dup) = updates.iter().find(|u| !seen.insert(u.name.as_str())) {
+        return Err(UpdateRejection {
+            feature: Some(dup.name.clone()),
+            code: error_codes::INVALID_REQUEST,
+            message: format!("Feature {} appears more than once in the request.", dup.name),
+        });
+    }
+    if let Some(empty) = updates.iter().find(|u| u.name.trim().is_empty()) {
+        return Err(UpdateRejection {
+            feature: Some(empty.name.clone()),
+            code: error_codes::INVALID_REQUEST,
+            message: "Feature name can not be empty.".to_owned(),
+        });
+    }
+
+    let mut proposed = current.levels.clone();
+    for u in updates {
+        proposed.insert(u.name.clone(), u.level);
+    }
+    let proposed_level = |name: &str| proposed.get(name).copied().unwrap_or(0);
+
+    let mut changes = BTreeMap::new();
+    for u in updates {
+        check_one(current, supporters, dependencies, u, &proposed_level)?;
+        if u.level != current.level(&u.name) {
+            changes.insert(u.name.clone(), u.level);
+        }
+    }
+    Ok(UpdatePlan { changes })
+}
+
+fn check_one(
+    current: &FinalizedFeatures,
+    supporters: &[Supporter],
+    dependencies: &Dependencies,
+    u: &FeatureUpdate,
+    proposed: &dyn Fn(&str) -> i16,
+) -> Result<(), UpdateRejection> {
+    let (name, level) = (u.name.as_str(), u.level);
+    if let UpgradeType::Unknown(_) = u.upgrade_type {
+        return Err(invalid_update(name, level, "The controller does not support the given upgrade type."));
+    }
+    if level < 0 {
+        return Err(invalid_update(name, level, "A feature version cannot be less than 0."));
+    }
+    if let Some(reason) = reason_not_supported(supporters, name, level) {
+        return Err(invalid_update(name, level, &reason));
+    }
+    let current_level = current.level(name);
+    if level < current_level && u.upgrade_type == UpgradeType::Upgrade {
+        return Err(invalid_update(
+            name,
+            level,
+            "Can't downgrade the version of this feature without setting the upgrade type to either safe or unsafe downgrade.",
+        ));
+    }
+    if level > current_level && u.upgrade_type != UpgradeType::Upgrade {
+        return Err(invalid_update(name, level, "Can't downgrade to a newer version."));
+    }
+    if name == METADATA_VERSION {
+        return check_metadata_version(current_level, level, u.upgrade_type);
+    }
+    if let Some(reason) = dependencies.unmet(name, level, proposed) {
+        return Err(invalid_update(name, level, &reason));
+    }
+    Ok(())
+}
+
+/// metadata.version carries the metadata format itself: it cannot go below the
+/// oldest KRaft format, and a downgrade that crosses a format change is refused.
+fn check_metadata_version(current: i16, level: i16, upgrade_type: UpgradeType) -> Result<(), UpdateRejection> {
+    if level < METADATA_VERSION_MIN {
+        let min = metadata_version_name(METADATA_VERSION_MIN).unwrap_or("3.3-IV3");
+        return Err(invalid_update(
+            METADATA_VERSION,
+            level,
+            &format!("Unable to set a metadata.version less than {min}"),
+        ));
+    }
+    if level < current {
+        if upgrade_type == UpgradeType::UnsafeDowngrade {
+            return Err(invalid_update(METADATA_VERSION, level, "Unsafe metadata downgrade is not supported in this version."));
+        }
+        if metadata_changed_between(level, current) {
+            return Err(invalid_update(
+                METADATA_VERSION,
+                level,
+                "Refusing to perform the requested downgrade because it might delete metadata information.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn reason_not_supported(supporters: &[Supporter], name: &str, level: i16) -> Option<String> {
+    supporters.iter().find_map(|s| match s.features.get(name) {
+        None if level == 0 => None,
+        None => Some(format!("{} does not support this feature.", s.label)),
+        Some(range) if !range.contains(level) => {
+            Some(format!("{} only supports versions {}", s.label, range))
+        }
+        Some(_) => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::kafka;
+
+    fn kafka_like() -> (FinalizedFeatures, Vec<Supporter>, Dependencies) {
+        let finalized = FinalizedFeatures {
+            epoch: 5,
+            levels: [
+                ("metadata.version".to_owned(), 27),
+                ("group.version".to_owned(), 1),
+                ("transaction.version".to_owned(), 2),
+            ]
+            .into(),
+        };
+        let supporters = vec![Supporter { label: "Local controller 1".into(), features: kafka::supported_features() }];
+        (finalized, supporters, kafka::dependencies())
+    }
+
+    fn upd(name: &str, level: i16, t: UpgradeType) -> FeatureUpdate {
+        FeatureUpdate { name: name.into(), level, upgrade_type: t }
+    }
+
+    fn reject(updates: &[FeatureUpdate]) -> UpdateRejection {
+        let (f, s, d) = kafka_like();
+        plan_update(&f, &s, &d, updates).unwrap_err()
+    }
+
+    #[test]
+    fn upgrade_within_range_is_planned() {
+        let (f, s, d) = kafka_like();
+        let plan = plan_update(&f, &s, &d, &[upd("share.version", 1, UpgradeType::Upgrade)]).unwrap();
+        assert_eq!(plan.changes, [("share.version".to_owned(), 1)].into());
+    }
+
+    #[test]
+    fn same_level_is_a_no_op() {
+        let (f, s, d) = kafka_like();
+        let plan = plan_update(&f, &s, &d, &[upd("group.version", 1, UpgradeType::Upgrade)]).unwrap();
+        assert!(plan.changes.is_empty());
+    }
+
+    #[test]
+    fn out_of_range_names_the_supporter_and_its_range() {
+        let r = reject(&[upd("group.version", 2, UpgradeType::Upgrade)]);
+        assert_eq!(r.code, error_codes::INVALID_UPDATE_VERSION);
+        assert_eq!(
+            r.message,
+            "Invalid update version 2 for feature group.version. Local controller 1 only supports versions 0-1"
+        );
+    }
+
+    #[test]
+    fn unknown_feature_is_refused_but_disabling_it_is_not() {
+        let r = reject(&[upd("no.such.feature", 1, UpgradeType::Upgrade)]);
+        assert!(r.message.ends_with("Local controller 1 does not support this feature."), "{}", r.message);
+    }
+
+    #[test]
+    fn direction_must_match_the_upgrade_type() {
+        let r = reject(&[upd("group.version", 0, UpgradeType::Upgrade)]);
+        assert!(r.message.contains("without setting the upgrade type"));
+        let r = reject(&[upd("share.version", 1, UpgradeType::SafeDowngrade)]);
+        assert!(r.message.ends_with("Can't downgrade to a newer version."));
+        let (f, s, d) = kafka_like();
+        for t in [UpgradeType::SafeDowngrade, UpgradeType::UnsafeDowngrade] {
+            let plan = plan_update(&f, &s, &d, &[upd("transaction.version", 1, t)]).unwrap();
+            assert_eq!(plan.changes, [("transaction.version".to_owned(), 1)].into());
+        }
+    }
+
+    #[test]
+    fn unknown_upgrade_type_and_negative_levels_fail() {
+        assert!(reject(&[upd("group.version", 1, UpgradeType::Unknown(0))]).message.contains("upgrade type"));
+        assert!(reject(&[upd("group.version", -1, UpgradeType::Upgrade)]).message.contains("less than 0"));
+    }
+
+    #[test]
+    fn duplicates_are_an_invalid_request() {
+        let r = reject(&[upd("group.version", 1, UpgradeType::Upgrade), upd("group.version", 0, UpgradeType::SafeDowngrade)]);
+        assert_eq!(r.code, error_codes::INVALID_REQUEST);
+    }
+
+    #[test]
+    fn first_failure_rejects_the_whole_request() {
+        let r = reject(&[upd("share.version", 1, UpgradeType::Upgrade), upd("group.version", 5, UpgradeType::Upgrade)]);
+        assert_eq!(r.feature.as_deref(), Some("group.version"));
+    }
+
+    #[test]
+    fn metadata_version_limits() {
+        let r = reject(&[upd("metadata.version", 22, UpgradeType::SafeDowngrade)]);
+        assert!(r.message.contains("might delete metadata information"), "{}", r.message);
+        let r = reject(&[upd("metadata.version", 22, UpgradeType::UnsafeDowngrade)]);
+        assert!(r.message.contains("Unsafe metadata downgrade"), "{}", r.message);
+        let (f, s, d) = kafka_like();
+        let plan = plan_update(&f, &s, &d, &[upd("metadata.version", 26, UpgradeType::SafeDowngrade)]).unwrap();
+        assert_eq!(plan.changes, [("metadata.version".to_owned(), 26)].into());
+    }
+
+    #[test]
+    fn dependencies_are_checked_against_the_proposed_state() {
+        let (mut f, s, d) = kafka_like();
+        f.levels.insert("metadata.version".into(), 21);
+        f.levels.insert("group.version".into(), 0);
+        f.levels.remove("group.version");
+        let r = plan_update(&f, &s, &d, &[upd("group.version", 1, UpgradeType::Upgrade)]).unwrap_err();
+        assert!(r.message.contains("depends on metadata.version level 22"), "{}", r.message);
+        let ok = plan_update(
+            &f,
+            &s,
+            &d,
+            &[upd("metadata.version", 22, UpgradeType::Upgrade), upd("group.version", 1, UpgradeType::Upgrade)],
+        );
+        assert!(ok.is_ok());
+    }
+}

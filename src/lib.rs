@@ -1,0 +1,11 @@
+//! kshim: a Kafka wire-protocol proxy that answers KIP-584 feature discovery
+//! (ApiVersions) and feature gating (UpdateFeatures) itself.
+//!
+//! Layers, from the bytes up: `protocol` (wire format, no I/O), `features` (the
+//! feature model and its rules, no I/O), `store` (durable state), `controller`
+//! (one update at a time, durable before visible), `handlers` (one file per API
+//! kshim answers), `server` (listeners and connections), `config`, `client` (a
+//! minimal Kafka client for the CLI and tests), and `cli`.
+
+pub mod features;
+pub mod protocol;

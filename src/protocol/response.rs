@@ -1,0 +1,57 @@
+//! Writing response frames: size prefix, response header, body.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::Encodable;
+
+/// A response kshim built could not be encoded. Always kshim's fault.
+#[derive(Debug, thiserror::Error)]
+#[error("encoding the {api:?} v{version} response: {reason}")]
+pub struct EncodeError {
+    pub api: ApiKey,
+    pub version: i16,
+    pub reason: String,
+}
+
+/// The response header version, as Kafka picks it. ApiVersions always answers with
+/// header v0 so that a client that sent a version the broker does not know can
+/// still read the error.
+pub fn response_header_version(api: ApiKey, version: i16) -> i16 {
+    match api {
+        ApiKey::ApiVersions => 0,
+        _ => api.response_header_version(version),
+    }
+}
+
+/// Frames an already-encoded body.
+pub fn frame_with_body(api: ApiKey, version: i16, correlation_id: i32, body: &[u8]) -> Bytes {
+    let header_version = response_header_version(api, version);
+    let header_len = if header_version >= 1 { 5 } else { 4 };
+    let mut out = BytesMut::with_capacity(4 + header_len + body.len());
+    out.put_i32((header_len + body.len()) as i32);
+    out.put_i32(correlation_id);
+    if header_version >= 1 {
+        out.put_u8(0); // empty tagged-field section
+    }
+    out.put_slice(body);
+    out.freeze()
+}
+
+/// Encodes a kafka-protocol message body at `version`.
+pub fn encode_body<M: Encodable>(api: ApiKey, version: i16, body: &M) -> Result<Bytes, EncodeError> {
+    let err = |e: anyhow::Error| EncodeError { api, version, reason: e.to_string() };
+    let size = body.compute_size(version).map_err(err)?;
+    let mut out = BytesMut::with_capacity(size);
+    body.encode(&mut out, version).map_err(err)?;
+    Ok(out.freeze())
+}
+
+/// Encodes a whole response frame.
+pub fn encode_frame<M: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &M,
+) -> Result<Bytes, EncodeError> {
+    Ok(frame_with_body(api, version, correlation_id, &encode_body(api, version, body)?))
+}
