@@ -7,5 +7,11 @@
 //! kshim answers), `server` (listeners and connections), `config`, `client` (a
 //! minimal Kafka client for the CLI and tests), and `cli`.
 
+pub mod client;
+pub mod config;
+pub mod controller;
 pub mod features;
+pub mod handlers;
 pub mod protocol;
+pub mod server;
+pub mod store;

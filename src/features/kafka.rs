@@ -5,6 +5,7 @@
 use super::{Dependencies, Requirement, SupportedFeatures, SupportedRange};
 
 pub const METADATA_VERSION: &str = "metadata.version";
+pub const KRAFT_VERSION: &str = "kraft.version";
 
 /// metadata.version levels: (level, release name, whether the level changed the
 /// metadata format, which makes a downgrade across it lose information).
@@ -13,7 +14,7 @@ pub const METADATA_VERSIONS: &[(i16, &str, bool)] = &[
     (7, "3.3-IV3", true),
     (8, "3.4-IV0", true),
     (9, "3.5-IV0", false),
-    (10, "3.5-IV1", true),
+    (10, "3.5-IV1", false),
     (11, "3.5-IV2", true),
     (12, "3.6-IV0", false),
     (13, "3.6-IV1", true),
@@ -23,12 +24,12 @@ pub const METADATA_VERSIONS: &[(i16, &str, bool)] = &[
     (17, "3.7-IV2", true),
     (18, "3.7-IV3", false),
     (19, "3.7-IV4", false),
-    (20, "3.8-IV0", true),
+    (20, "3.8-IV0", false),
     (21, "3.9-IV0", false),
-    (22, "4.0-IV0", true),
+    (22, "4.0-IV0", false),
     (23, "4.0-IV1", true),
     (24, "4.0-IV2", false),
-    (25, "4.0-IV3", true),
+    (25, "4.0-IV3", false),
     (26, "4.1-IV0", false),
     (27, "4.1-IV1", false),
 ];
@@ -75,14 +76,15 @@ pub fn supported_features() -> SupportedFeatures {
 }
 
 /// Kafka 4.1's dependency table (org.apache.kafka.server.common.Feature and its
-/// FeatureVersion enums).
+/// FeatureVersion enums). In 4.1 only eligible.leader.replicas.version declares
+/// one; every other feature's levels stand alone.
 pub fn dependencies() -> Dependencies {
     let mut d = Dependencies::default();
-    let mv = |level| Requirement { feature: METADATA_VERSION.to_owned(), min_level: level };
-    d.add("group.version", 1, mv(22));
-    d.add("eligible.leader.replicas.version", 1, mv(23));
-    d.add("share.version", 1, mv(26));
-    d.add("kraft.version", 1, mv(21));
+    d.add(
+        "eligible.leader.replicas.version",
+        1,
+        Requirement { feature: METADATA_VERSION.to_owned(), min_level: 23 },
+    );
     d
 }
 

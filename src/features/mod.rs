@@ -31,9 +31,17 @@ impl SupportedRange {
     }
 }
 
+/// Written as Kafka's VersionRange writes itself: "3", "3+" (no upper bound) or
+/// "1-3", so that messages naming a range read the same as a broker's.
 impl fmt::Display for SupportedRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.min, self.max)
+        if self.min == self.max {
+            write!(f, "{}", self.min)
+        } else if self.max == i16::MAX {
+            write!(f, "{}+", self.min)
+        } else {
+            write!(f, "{}-{}", self.min, self.max)
+        }
     }
 }
 

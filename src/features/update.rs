@@ -6,7 +6,9 @@
 //! dependencies against the proposed state. The first failure rejects the whole
 //! request and nothing applies.
 
-use super::kafka::{metadata_changed_between, metadata_version_name, METADATA_VERSION, METADATA_VERSION_MIN};
+use super::kafka::{
+    metadata_changed_between, KRAFT_VERSION, METADATA_VERSION, METADATA_VERSIONS, METADATA_VERSION_MIN,
+};
 use super::{Dependencies, FinalizedFeatures, SupportedFeatures};
 use crate::protocol::error_codes;
 use std::collections::{BTreeMap, HashSet};
@@ -104,13 +106,6 @@ pub fn plan_update(
             message: format!("Feature {} appears more than once in the request.", dup.name),
         });
     }
-    if let Some(empty) = updates.iter().find(|u| u.name.trim().is_empty()) {
-        return Err(UpdateRejection {
-            feature: Some(empty.name.clone()),
-            code: error_codes::INVALID_REQUEST,
-            message: "Feature name can not be empty.".to_owned(),
-        });
-    }
 
     let mut proposed = current.levels.clone();
     for u in updates {
@@ -159,34 +154,42 @@ fn check_one(
     if name == METADATA_VERSION {
         return check_metadata_version(current_level, level, u.upgrade_type);
     }
+    // kraft.version moves only forward: in Kafka the Raft layer itself upgrades it.
+    if name == KRAFT_VERSION && u.upgrade_type != UpgradeType::Upgrade && level != current_level {
+        return Err(invalid_update(name, level, "Can't downgrade the version of this feature."));
+    }
     if let Some(reason) = dependencies.unmet(name, level, proposed) {
         return Err(invalid_update(name, level, &reason));
     }
     Ok(())
 }
 
-/// metadata.version carries the metadata format itself: it cannot go below the
-/// oldest KRaft format, and a downgrade that crosses a format change is refused.
+fn invalid_metadata_version(level: i16, reason: &str) -> UpdateRejection {
+    UpdateRejection {
+        feature: Some(METADATA_VERSION.to_owned()),
+        code: error_codes::INVALID_UPDATE_VERSION,
+        message: format!("Invalid metadata.version {level}. {reason}"),
+    }
+}
+
+/// metadata.version carries the metadata format itself: it must be a known level,
+/// and a downgrade that crosses a format change is refused (4.1 supports no unsafe
+/// metadata downgrade at all).
 fn check_metadata_version(current: i16, level: i16, upgrade_type: UpgradeType) -> Result<(), UpdateRejection> {
-    if level < METADATA_VERSION_MIN {
-        let min = metadata_version_name(METADATA_VERSION_MIN).unwrap_or("3.3-IV3");
-        return Err(invalid_update(
-            METADATA_VERSION,
+    let highest = METADATA_VERSIONS.last().map_or(METADATA_VERSION_MIN, |(l, _, _)| *l);
+    if !(METADATA_VERSION_MIN..=highest).contains(&level) {
+        return Err(invalid_metadata_version(
             level,
-            &format!("Unable to set a metadata.version less than {min}"),
+            &format!("Valid versions are from {METADATA_VERSION_MIN} to {highest}."),
         ));
     }
-    if level < current {
-        if upgrade_type == UpgradeType::UnsafeDowngrade {
-            return Err(invalid_update(METADATA_VERSION, level, "Unsafe metadata downgrade is not supported in this version."));
-        }
-        if metadata_changed_between(level, current) {
-            return Err(invalid_update(
-                METADATA_VERSION,
-                level,
-                "Refusing to perform the requested downgrade because it might delete metadata information.",
-            ));
-        }
+    if level < current && metadata_changed_between(level, current) {
+        let reason = if upgrade_type == UpgradeType::UnsafeDowngrade {
+            "Unsafe metadata downgrade is not supported in this version."
+        } else {
+            "Refusing to perform the requested downgrade because it might delete metadata information."
+        };
+        return Err(invalid_metadata_version(level, reason));
     }
     Ok(())
 }
@@ -257,7 +260,21 @@ mod tests {
     #[test]
     fn unknown_feature_is_refused_but_disabling_it_is_not() {
         let r = reject(&[upd("no.such.feature", 1, UpgradeType::Upgrade)]);
-        assert!(r.message.ends_with("Local controller 1 does not support this feature."), "{}", r.message);
+        assert_eq!(
+            r.message,
+            "Invalid update version 1 for feature no.such.feature. Local controller 1 does not support this feature."
+        );
+        let (f, s, d) = kafka_like();
+        let plan = plan_update(&f, &s, &d, &[upd("no.such.feature", 0, UpgradeType::SafeDowngrade)]).unwrap();
+        assert!(plan.changes.is_empty());
+    }
+
+    #[test]
+    fn kraft_version_cannot_go_down() {
+        let (mut f, s, d) = kafka_like();
+        f.levels.insert("kraft.version".into(), 1);
+        let r = plan_update(&f, &s, &d, &[upd("kraft.version", 0, UpgradeType::SafeDowngrade)]).unwrap_err();
+        assert!(r.message.ends_with("Can't downgrade the version of this feature."), "{}", r.message);
     }
 
     #[test]
@@ -294,9 +311,14 @@ mod tests {
     #[test]
     fn metadata_version_limits() {
         let r = reject(&[upd("metadata.version", 22, UpgradeType::SafeDowngrade)]);
-        assert!(r.message.contains("might delete metadata information"), "{}", r.message);
+        assert_eq!(
+            r.message,
+            "Invalid metadata.version 22. Refusing to perform the requested downgrade because it might delete metadata information."
+        );
         let r = reject(&[upd("metadata.version", 22, UpgradeType::UnsafeDowngrade)]);
-        assert!(r.message.contains("Unsafe metadata downgrade"), "{}", r.message);
+        assert_eq!(r.message, "Invalid metadata.version 22. Unsafe metadata downgrade is not supported in this version.");
+        let r = reject(&[upd("metadata.version", 0, UpgradeType::SafeDowngrade)]);
+        assert!(r.message.ends_with("Local controller 1 only supports versions 7-27"), "{}", r.message);
         let (f, s, d) = kafka_like();
         let plan = plan_update(&f, &s, &d, &[upd("metadata.version", 26, UpgradeType::SafeDowngrade)]).unwrap();
         assert_eq!(plan.changes, [("metadata.version".to_owned(), 26)].into());
@@ -304,18 +326,16 @@ mod tests {
 
     #[test]
     fn dependencies_are_checked_against_the_proposed_state() {
+        let elr = "eligible.leader.replicas.version";
         let (mut f, s, d) = kafka_like();
-        f.levels.insert("metadata.version".into(), 21);
-        f.levels.insert("group.version".into(), 0);
-        f.levels.remove("group.version");
-        let r = plan_update(&f, &s, &d, &[upd("group.version", 1, UpgradeType::Upgrade)]).unwrap_err();
-        assert!(r.message.contains("depends on metadata.version level 22"), "{}", r.message);
-        let ok = plan_update(
-            &f,
-            &s,
-            &d,
-            &[upd("metadata.version", 22, UpgradeType::Upgrade), upd("group.version", 1, UpgradeType::Upgrade)],
+        f.levels.insert("metadata.version".into(), 22);
+        let r = plan_update(&f, &s, &d, &[upd(elr, 1, UpgradeType::Upgrade)]).unwrap_err();
+        assert_eq!(
+            r.message,
+            "Invalid update version 1 for feature eligible.leader.replicas.version. \
+             eligible.leader.replicas.version could not be set to 1 because it depends on metadata.version level 23"
         );
+        let ok = plan_update(&f, &s, &d, &[upd("metadata.version", 23, UpgradeType::Upgrade), upd(elr, 1, UpgradeType::Upgrade)]);
         assert!(ok.is_ok());
     }
 }

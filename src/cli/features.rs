@@ -1,0 +1,430 @@
+//! `kshim features`: the KIP-584 operator tool. Speaks the Kafka protocol to kshim
+//! or to any Kafka cluster; its text output uses the lines of Kafka's
+//! FeatureCommand, its JSON output the KIP's describe document.
+
+use anyhow::{bail, Context as _, Result};
+use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
+use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest};
+use kafka_protocol::protocol::StrBytes;
+use kshim::client::{negotiate, KafkaClient};
+use kshim::features::kafka::{metadata_version_level, metadata_version_name, METADATA_VERSION};
+use kshim::features::UpgradeType;
+use kshim::protocol::api_versions::DecodedApiVersions;
+use kshim::protocol::error_codes;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct FeaturesArgs {
+    #[command(subcommand)]
+    op: Op,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct Common {
+    /// HOST:PORT[,HOST:PORT...] of kshim or of Kafka brokers.
+    #[arg(long = "bootstrap-server", required = true)]
+    bootstrap_server: String,
+    #[arg(long, value_enum, default_value = "text")]
+    output: Output,
+    /// Seconds to wait for each server.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct UpdateArgs {
+    #[command(flatten)]
+    common: Common,
+    /// NAME=LEVEL (repeatable). metadata.version also takes a release name such as 4.1-IV1.
+    #[arg(long = "feature")]
+    features: Vec<String>,
+    /// Validate only; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Op {
+    /// Show supported and finalized features.
+    Describe(Common),
+    /// Raise finalized levels.
+    Upgrade {
+        #[command(flatten)]
+        update: UpdateArgs,
+        /// Every feature to the highest level the server supports.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Lower finalized levels.
+    Downgrade {
+        #[command(flatten)]
+        update: UpdateArgs,
+        /// Allow a downgrade that may lose data (UNSAFE_DOWNGRADE).
+        #[arg(long)]
+        unsafe_downgrade: bool,
+        #[arg(long = "unsafe", hide = true)]
+        unsafe_flag: bool,
+    },
+    /// Disable features (finalize level 0).
+    Disable {
+        #[command(flatten)]
+        update: UpdateArgs,
+        #[arg(long = "unsafe")]
+        unsafe_flag: bool,
+    },
+}
+
+/// One server's answer.
+struct Described {
+    host: String,
+    port: u16,
+    answer: DecodedApiVersions,
+}
+
+/// Writes to stdout; a reader that went away (`| head`) ends the output quietly
+/// instead of panicking.
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+fn split_servers(list: &str) -> Vec<String> {
+    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+/// Asks every bootstrap server and keeps the answer with the highest epoch: the
+/// KIP's rule for eventually consistent reads.
+async fn describe_all(common: &Common) -> Result<Described> {
+    let timeout = Duration::from_secs(common.timeout);
+    let mut best: Option<Described> = None;
+    let mut failures = Vec::new();
+    for server in split_servers(&common.bootstrap_server) {
+        let attempt = async {
+            let mut client = KafkaClient::connect(&server, timeout).await?;
+            let (_, answer) = client.api_versions().await?;
+            Ok::<_, kshim::client::ClientError>(answer)
+        };
+        match attempt.await {
+            Ok(answer) if answer.error_code != error_codes::NONE => {
+                failures.push(format!("{server}: ApiVersions failed with {}", error_codes::name(answer.error_code)))
+            }
+            Ok(answer) => {
+                let (host, port) = server.rsplit_once(':').unwrap_or((server.as_str(), "9092"));
+                let d = Described { host: host.to_owned(), port: port.parse().unwrap_or(9092), answer };
+                if best.as_ref().is_none_or(|b| d.answer.features.epoch > b.answer.features.epoch) {
+                    best = Some(d);
+                }
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    match best {
+        Some(d) => {
+            for f in failures {
+                eprintln!("warning: {f}");
+            }
+            Ok(d)
+        }
+        None => bail!("no bootstrap server answered: {}", failures.join("; ")),
+    }
+}
+
+fn level_to_string(feature: &str, level: i16) -> String {
+    if feature == METADATA_VERSION {
+        match metadata_version_name(level) {
+            Some(name) => name.to_owned(),
+            None => format!("UNKNOWN {level}"),
+        }
+    } else {
+        level.to_string()
+    }
+}
+
+fn describe_text(d: &Described) -> String {
+    let f = &d.answer.features;
+    let epoch = if f.epoch >= 0 { f.epoch.to_string() } else { "-".to_owned() };
+    let mut out = String::new();
+    for (name, &(min, max)) in &f.supported {
+        let finalized = f.finalized.get(name).map_or(0, |&(_, max)| max);
+        out.push_str(&format!(
+            "Feature: {name}\tSupportedMinVersion: {}\tSupportedMaxVersion: {}\tFinalizedVersionLevel: {}\tEpoch: {epoch}\n",
+            level_to_string(name, min),
+            level_to_string(name, max),
+            level_to_string(name, finalized),
+        ));
+    }
+    out
+}
+
+/// The KIP-584 describe document.
+fn describe_json(d: &Described, status: &str) -> Map<String, Value> {
+    let f = &d.answer.features;
+    let supported: Map<String, Value> = f
+        .supported
+        .iter()
+        .map(|(n, &(min, max))| (n.clone(), json!({"min_version": min, "max_version": max})))
+        .collect();
+    let mut finalized = Map::new();
+    finalized.insert("epoch".into(), json!(f.epoch));
+    for (n, &(min, max)) in &f.finalized {
+        finalized.insert(n.clone(), json!({"min_version_level": min, "max_version_level": max}));
+    }
+    let mut doc = Map::new();
+    doc.insert("status".into(), json!(status));
+    doc.insert("supported_features".into(), Value::Object(supported));
+    doc.insert("finalized_features".into(), Value::Object(finalized));
+    doc.insert("host".into(), json!(d.host));
+    doc.insert("port".into(), json!(d.port));
+    doc
+}
+
+fn parse_feature(spec: &str, disable: bool) -> Result<(String, i16)> {
+    let (name, level) = match spec.split_once('=') {
+        Some((n, l)) => (n.trim(), Some(l.trim())),
+        None if disable => (spec.trim(), None),
+        None => bail!("Can't parse feature=level string {spec}: equals sign not found."),
+    };
+    if name.is_empty() {
+        bail!("Can't parse feature=level string {spec}: the feature name is empty.");
+    }
+    let level = match level {
+        None => 0,
+        Some(l) => match l.parse::<i16>() {
+            Ok(v) => v,
+            Err(_) if name == METADATA_VERSION => metadata_version_level(l)
+                .with_context(|| format!("Unknown metadata.version {l}."))?,
+            Err(_) => bail!("Can't parse feature=level string {spec}: unable to parse {l} as a short."),
+        },
+    };
+    if disable && level != 0 {
+        bail!("disable takes --feature NAME (or NAME=0), not {spec}");
+    }
+    Ok((name.to_owned(), level))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Upgrade,
+    Downgrade,
+    Disable,
+}
+
+impl Kind {
+    fn op(self) -> &'static str {
+        match self {
+            Kind::Upgrade => "upgrade",
+            Kind::Downgrade => "downgrade",
+            Kind::Disable => "disable",
+        }
+    }
+}
+
+pub async fn run(args: FeaturesArgs) -> Result<u8> {
+    match args.op {
+        Op::Describe(common) => {
+            let d = describe_all(&common).await?;
+            match common.output {
+                Output::Text => emit(&describe_text(&d)),
+                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&Value::Object(describe_json(&d, "OK")))?)),
+            }
+            Ok(0)
+        }
+        Op::Upgrade { update, all } => {
+            let mut wanted = parse_all(&update.features, false)?;
+            if all {
+                if !wanted.is_empty() {
+                    bail!("--all cannot be combined with --feature");
+                }
+                let d = describe_all(&update.common).await?;
+                let f = &d.answer.features;
+                for (name, &(_, max)) in &f.supported {
+                    let current = f.finalized.get(name).map_or(0, |&(_, m)| m);
+                    if max > current {
+                        wanted.insert(name.clone(), max);
+                    }
+                }
+                if wanted.is_empty() {
+                    emit("Every feature is already finalized at its highest supported level.\n");
+                    return Ok(0);
+                }
+            }
+            update_features(Kind::Upgrade, UpgradeType::Upgrade, wanted, &update).await
+        }
+        Op::Downgrade { update, unsafe_downgrade, unsafe_flag } => {
+            let wanted = parse_all(&update.features, false)?;
+            let t = if unsafe_downgrade || unsafe_flag { UpgradeType::UnsafeDowngrade } else { UpgradeType::SafeDowngrade };
+            update_features(Kind::Downgrade, t, wanted, &update).await
+        }
+        Op::Disable { update, unsafe_flag } => {
+            let wanted = parse_all(&update.features, true)?;
+            let t = if unsafe_flag { UpgradeType::UnsafeDowngrade } else { UpgradeType::SafeDowngrade };
+            update_features(Kind::Disable, t, wanted, &update).await
+        }
+    }
+}
+
+fn parse_all(specs: &[String], disable: bool) -> Result<BTreeMap<String, i16>> {
+    let mut out = BTreeMap::new();
+    for spec in specs {
+        let (name, level) = parse_feature(spec, disable)?;
+        if out.insert(name.clone(), level).is_some() {
+            bail!("Feature {name} was specified more than once.");
+        }
+    }
+    Ok(out)
+}
+
+/// Asks on the terminal before lowering levels; refuses when there is no terminal
+/// to ask on and `--yes` was not given.
+fn confirm(kind: Kind, wanted: &BTreeMap<String, i16>, current: &Described) -> Result<()> {
+    let mut lines = String::new();
+    for (i, (name, level)) in wanted.iter().enumerate() {
+        let existing = current.answer.features.finalized.get(name).map_or(0, |&(_, m)| m);
+        lines.push_str(&format!(
+            "{}. {name} from {} (existing) to {} (new)\n",
+            i + 1,
+            level_to_string(name, existing),
+            level_to_string(name, *level)
+        ));
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to {} without confirmation: no terminal to ask on; pass --yes to proceed", kind.op());
+    }
+    eprint!("Please confirm before {}ing the following features:\n{lines}[y/N]? ", kind.op().trim_end_matches('e'));
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "YES") {
+        Ok(())
+    } else {
+        bail!("{} cancelled", kind.op())
+    }
+}
+
+async fn update_features(kind: Kind, upgrade_type: UpgradeType, wanted: BTreeMap<String, i16>, args: &UpdateArgs) -> Result<u8> {
+    if wanted.is_empty() {
+        bail!("You must specify at least one feature to {}", kind.op());
+    }
+    if kind == Kind::Upgrade {
+        if let Some((name, level)) = wanted.iter().find(|(_, &l)| l < 1) {
+            bail!("Can not upgrade {name} to {level}: use downgrade or disable to lower a level.");
+        }
+    }
+    let timeout = Duration::from_secs(args.common.timeout);
+    let current = describe_all(&args.common).await?;
+    if kind != Kind::Upgrade && !args.dry_run && !args.yes {
+        confirm(kind, &wanted, &current)?;
+    }
+
+    // The update goes to the server that answered describe; Kafka brokers forward
+    // it to their controller.
+    let server = format!("{}:{}", current.host, current.port);
+    let mut client = KafkaClient::connect(&server, timeout).await?;
+    let (_, answer) = client.api_versions().await?;
+    let version = negotiate(&answer.apis, ApiKey::UpdateFeatures, 2)
+        .with_context(|| format!("{server} does not support UpdateFeatures"))?;
+    if args.dry_run && version == 0 {
+        bail!("{server} supports only UpdateFeatures v0, which has no validate-only mode");
+    }
+    let mut request = UpdateFeaturesRequest::default().with_timeout_ms((timeout.as_millis() as i32).max(1));
+    request.validate_only = args.dry_run;
+    for (name, level) in &wanted {
+        let mut key = FeatureUpdateKey::default()
+            .with_feature(StrBytes::from_string(name.clone()))
+            .with_max_version_level(*level);
+        if version == 0 {
+            key.allow_downgrade = upgrade_type != UpgradeType::Upgrade;
+        } else {
+            key.upgrade_type = upgrade_type.code();
+        }
+        request.feature_updates.push(key);
+    }
+    let response = client.update_features(version, &request).await?;
+
+    // Kafka's Admin client gives every feature the top-level error when there is
+    // one, and otherwise each feature its own result.
+    let mut outcome: BTreeMap<&String, Option<String>> = BTreeMap::new();
+    for name in wanted.keys() {
+        let error = if response.error_code != error_codes::NONE {
+            Some(message_or_name(response.error_code, response.error_message.as_deref()))
+        } else {
+            response
+                .results
+                .iter()
+                .find(|(f, _, _)| f == name)
+                .filter(|(_, code, _)| *code != error_codes::NONE)
+                .map(|(_, code, msg)| message_or_name(*code, msg.as_deref()))
+        };
+        outcome.insert(name, error);
+    }
+
+    let failures = outcome.values().filter(|e| e.is_some()).count();
+    let mut lines = Vec::new();
+    for (name, error) in &outcome {
+        let level = wanted[*name];
+        lines.push(match error {
+            Some(message) => {
+                let helper = if args.dry_run { "Can not" } else { "Could not" };
+                let what = match kind {
+                    Kind::Disable => format!("disable {name}"),
+                    _ => format!("{} {name} to {level}", kind.op()),
+                };
+                format!("{helper} {what}. {message}")
+            }
+            None => {
+                let verb = if args.dry_run { "can be" } else { "was" };
+                let what = match kind {
+                    Kind::Disable => "disabled.".to_owned(),
+                    _ => format!("{}d to {level}.", kind.op()),
+                };
+                format!("{name} {verb} {what}")
+            }
+        });
+    }
+    match args.common.output {
+        Output::Text => {
+            emit(&lines.iter().map(|l| format!("{l}\n")).collect::<String>());
+        }
+        Output::Json => {
+            let after = describe_all(&args.common).await?;
+            let mut doc = describe_json(&after, if failures == 0 { "OK" } else { "FAILED" });
+            let results: Map<String, Value> = outcome
+                .iter()
+                .map(|(name, error)| {
+                    let v = match error {
+                        None => json!({"status": "OK", "level": wanted[*name]}),
+                        Some(e) => json!({"status": "FAILED", "level": wanted[*name], "error": e}),
+                    };
+                    ((*name).clone(), v)
+                })
+                .collect();
+            doc.insert("updates".into(), Value::Object(results));
+            doc.insert("dry_run".into(), json!(args.dry_run));
+            emit(&format!("{}\n", serde_json::to_string_pretty(&Value::Object(doc))?));
+        }
+    }
+    if failures > 0 {
+        eprintln!("{failures} out of {} operation(s) failed.", wanted.len());
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+fn message_or_name(code: i16, message: Option<&str>) -> String {
+    match message {
+        Some(m) if !m.is_empty() => m.to_owned(),
+        _ => format!("{} (error code {code})", error_codes::name(code)),
+    }
+}

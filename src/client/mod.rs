@@ -1,0 +1,200 @@
+//! A minimal Kafka client: one connection, one request at a time. Used by the
+//! `kshim features` CLI against kshim or any Kafka cluster, and by the tools in
+//! `examples/`. Responses are read through the bounded decoders of `protocol`.
+
+use crate::protocol::api_versions::{self, ApiRange, DecodedApiVersions};
+use crate::protocol::response::response_header_version;
+use crate::protocol::wire::{CodecError, Reader};
+use crate::protocol::FrameCodec;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{SinkExt, StreamExt};
+use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest};
+use kafka_protocol::protocol::Encodable;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{addr}: could not connect: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("{addr}: {reason}")]
+    Io { addr: String, reason: String },
+    #[error("{addr}: timed out after {0:?}", .timeout)]
+    Timeout { addr: String, timeout: Duration },
+    #[error("{addr}: unreadable response: {source}")]
+    Decode { addr: String, source: CodecError },
+    #[error("{addr}: {reason}")]
+    Protocol { addr: String, reason: String },
+}
+
+pub struct KafkaClient {
+    addr: String,
+    framed: Framed<TcpStream, FrameCodec>,
+    next_correlation_id: i32,
+    timeout: Duration,
+    client_id: String,
+}
+
+/// A feature update result as the server reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateFeaturesAnswer {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    /// (feature, code, message); empty for v2 and for failures.
+    pub results: Vec<(String, i16, Option<String>)>,
+}
+
+impl KafkaClient {
+    pub async fn connect(addr: &str, timeout: Duration) -> Result<KafkaClient, ClientError> {
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| ClientError::Timeout { addr: addr.to_owned(), timeout })?
+            .map_err(|e| ClientError::Connect { addr: addr.to_owned(), reason: e.to_string() })?;
+        let _ = stream.set_nodelay(true);
+        Ok(KafkaClient {
+            addr: addr.to_owned(),
+            framed: Framed::new(stream, FrameCodec::default()),
+            next_correlation_id: 1,
+            timeout,
+            client_id: "kshim-cli".to_owned(),
+        })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends one request and returns the response body (after its header).
+    pub async fn request(&mut self, api: ApiKey, version: i16, body: &[u8]) -> Result<Bytes, ClientError> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let flexible = match api {
+            ApiKey::ApiVersions => version >= 3,
+            _ => api.request_header_version(version) >= 2,
+        };
+        let mut frame = BytesMut::new();
+        let header_len = 8 + 2 + self.client_id.len() + usize::from(flexible);
+        frame.put_i32((header_len + body.len()) as i32);
+        frame.put_i16(api as i16);
+        frame.put_i16(version);
+        frame.put_i32(correlation_id);
+        frame.put_i16(self.client_id.len() as i16);
+        frame.put_slice(self.client_id.as_bytes());
+        if flexible {
+            frame.put_u8(0);
+        }
+        frame.put_slice(body);
+        let addr = self.addr.clone();
+        let io = |e: crate::protocol::FrameError| ClientError::Io { addr: addr.clone(), reason: e.to_string() };
+        let exchange = async {
+            self.framed.send(frame.freeze()).await.map_err(io)?;
+            match self.framed.next().await {
+                Some(Ok(response)) => Ok(response),
+                Some(Err(e)) => Err(io(e)),
+                None => Err(ClientError::Io { addr: addr.clone(), reason: "connection closed by the server".into() }),
+            }
+        };
+        let response = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| ClientError::Timeout { addr: self.addr.clone(), timeout: self.timeout })??;
+        let decode = |source| ClientError::Decode { addr: self.addr.clone(), source };
+        let mut r = Reader::new(&response);
+        let got = r.i32("correlation id").map_err(decode)?;
+        if got != correlation_id {
+            return Err(ClientError::Protocol {
+                addr: self.addr.clone(),
+                reason: format!("correlation id {got} does not match the request's {correlation_id}"),
+            });
+        }
+        if response_header_version(api, version) >= 1 {
+            r.tagged_fields("response header").map_err(decode)?;
+        }
+        Ok(response.slice(r.position()..))
+    }
+
+    /// ApiVersions at the highest version both sides speak (v4 first, then what
+    /// the server says it supports).
+    pub async fn api_versions(&mut self) -> Result<(i16, DecodedApiVersions), ClientError> {
+        let mut version = api_versions::MAX_VERSION;
+        loop {
+            let body = if version >= 3 { software_fields() } else { Vec::new() };
+            let raw = self.request(ApiKey::ApiVersions, version, &body).await?;
+            // An UNSUPPORTED_VERSION answer always comes in the v0 layout.
+            let first = Reader::new(&raw).i16("ErrorCode").map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })?;
+            if first == crate::protocol::error_codes::UNSUPPORTED_VERSION {
+                let decoded = api_versions::decode_response(0, &raw)
+                    .map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })?;
+                let max = decoded.apis.iter().find(|a| a.api_key == ApiKey::ApiVersions as i16).map(|a| a.max);
+                match max {
+                    Some(m) if m < version => {
+                        version = m;
+                        continue;
+                    }
+                    _ => {
+                        return Err(ClientError::Protocol {
+                            addr: self.addr.clone(),
+                            reason: "the server supports no common ApiVersions version".into(),
+                        })
+                    }
+                }
+            }
+            let decoded = api_versions::decode_response(version, &raw)
+                .map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })?;
+            return Ok((version, decoded));
+        }
+    }
+
+    /// Sends UpdateFeatures at `version` and reads the answer.
+    pub async fn update_features(
+        &mut self,
+        version: i16,
+        request: &UpdateFeaturesRequest,
+    ) -> Result<UpdateFeaturesAnswer, ClientError> {
+        let mut body = BytesMut::new();
+        request.encode(&mut body, version).map_err(|e| ClientError::Protocol {
+            addr: self.addr.clone(),
+            reason: format!("cannot encode UpdateFeatures v{version}: {e}"),
+        })?;
+        let raw = self.request(ApiKey::UpdateFeatures, version, &body).await?;
+        decode_update_features_response(version, &raw).map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })
+    }
+}
+
+/// The highest version of `api` in `apis` that is at most `ours`.
+pub fn negotiate(apis: &[ApiRange], api: ApiKey, ours: i16) -> Option<i16> {
+    apis.iter()
+        .find(|a| a.api_key == api as i16)
+        .filter(|a| a.min <= ours)
+        .map(|a| a.max.min(ours))
+}
+
+fn software_fields() -> Vec<u8> {
+    let mut out = Vec::new();
+    crate::protocol::wire::put_compact_string(&mut out, "kshim");
+    crate::protocol::wire::put_compact_string(&mut out, env!("CARGO_PKG_VERSION"));
+    out.push(0);
+    out
+}
+
+/// UpdateFeaturesResponse v0-v2 (flexible in every version).
+pub fn decode_update_features_response(version: i16, raw: &[u8]) -> Result<UpdateFeaturesAnswer, CodecError> {
+    let mut r = Reader::new(raw);
+    r.i32("ThrottleTimeMs")?;
+    let error_code = r.i16("ErrorCode")?;
+    let error_message = r.compact_nullable_string("ErrorMessage")?.map(str::to_owned);
+    let mut results = Vec::new();
+    if version < 2 {
+        let n = r.array_len(true, 4, "Results")?.unwrap_or(0);
+        for _ in 0..n {
+            let feature = r.string(true, "Feature")?.to_owned();
+            let code = r.i16("ErrorCode")?;
+            let message = r.compact_nullable_string("ErrorMessage")?.map(str::to_owned);
+            r.tagged_fields("UpdatableFeatureResult")?;
+            results.push((feature, code, message));
+        }
+    }
+    r.tagged_fields("UpdateFeaturesResponse")?;
+    r.expect_end("UpdateFeaturesResponse")?;
+    Ok(UpdateFeaturesAnswer { error_code, error_message, results })
+}

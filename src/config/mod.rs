@@ -1,0 +1,429 @@
+//! The typed configuration of `kshim serve`, read from TOML.
+//!
+//! Parsing walks the document by hand instead of through serde so that every
+//! problem — unknown keys, wrong types, bad values — is reported in one pass.
+//! Owns no runtime state.
+
+use crate::features::{kafka, Dependencies, Requirement, SupportedFeatures, SupportedRange};
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: String,
+    /// HOST:PORT that clients are told to connect to; defaults to `listen`.
+    pub advertised_listener: Option<String>,
+    pub data_dir: PathBuf,
+    pub node_id: i32,
+    pub cluster_id: Option<String>,
+    pub max_frame_bytes: usize,
+    pub max_connections: usize,
+    pub draft_tags: bool,
+    /// `None`: Kafka 4.1's own features.
+    pub supported: Option<SupportedFeatures>,
+    pub bootstrap: Option<BTreeMap<String, i16>>,
+    /// Declared rules; they replace Kafka's default rules for the features they name.
+    pub dependencies: Dependencies,
+    /// `None`: no authorizer, everyone may alter the cluster.
+    pub alter_cluster: Option<HashSet<String>>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: None,
+            data_dir: PathBuf::from("./kshim-data"),
+            node_id: 1,
+            cluster_id: None,
+            max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
+            max_connections: 10_000,
+            draft_tags: true,
+            supported: None,
+            bootstrap: None,
+            dependencies: Dependencies::default(),
+            alter_cluster: None,
+        }
+    }
+}
+
+/// Every problem found in a config, listed together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} configuration error(s):", self.0.len())?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Collects errors while walking one table.
+struct Walker<'a, 'e> {
+    path: String,
+    table: &'a toml::Table,
+    seen: HashSet<&'a str>,
+    errors: &'e mut Vec<String>,
+}
+
+impl<'a> Walker<'a, '_> {
+    fn key(&self, k: &str) -> String {
+        if self.path.is_empty() {
+            k.to_owned()
+        } else {
+            format!("{}.{k}", self.path)
+        }
+    }
+
+    fn get(&mut self, k: &'a str) -> Option<&'a toml::Value> {
+        self.seen.insert(k);
+        let table: &'a toml::Table = self.table;
+        table.get(k)
+    }
+
+    fn string(&mut self, k: &'a str) -> Option<String> {
+        match self.get(k)? {
+            toml::Value::String(s) => Some(s.clone()),
+            other => {
+                self.errors.push(format!("{}: expected a string, found {}", self.key(k), other.type_str()));
+                None
+            }
+        }
+    }
+
+    fn bool(&mut self, k: &'a str) -> Option<bool> {
+        match self.get(k)? {
+            toml::Value::Boolean(b) => Some(*b),
+            other => {
+                self.errors.push(format!("{}: expected true or false, found {}", self.key(k), other.type_str()));
+                None
+            }
+        }
+    }
+
+    fn int<T: TryFrom<i64>>(&mut self, k: &'a str, range: &str) -> Option<T> {
+        let full = self.key(k);
+        match self.get(k)? {
+            toml::Value::Integer(i) => match T::try_from(*i) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    self.errors.push(format!("{full}: {i} is out of range ({range})"));
+                    None
+                }
+            },
+            other => {
+                self.errors.push(format!("{full}: expected an integer, found {}", other.type_str()));
+                None
+            }
+        }
+    }
+
+    fn table(&mut self, k: &'a str) -> Option<&'a toml::Table> {
+        match self.get(k)? {
+            toml::Value::Table(t) => Some(t),
+            other => {
+                self.errors.push(format!("{}: expected a table, found {}", self.key(k), other.type_str()));
+                None
+            }
+        }
+    }
+
+    fn finish(self) {
+        for k in self.table.keys() {
+            if !self.seen.contains(k.as_str()) {
+                self.errors.push(format!("{}: unknown key", self.key(k)));
+            }
+        }
+    }
+}
+
+fn walker<'a, 'e>(path: &str, table: &'a toml::Table, errors: &'e mut Vec<String>) -> Walker<'a, 'e> {
+    Walker { path: path.to_owned(), table, seen: HashSet::new(), errors }
+}
+
+fn level(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<i16> {
+    match v {
+        toml::Value::Integer(i) => match i16::try_from(*i) {
+            Ok(l) if l >= 0 => Some(l),
+            _ => {
+                errors.push(format!("{key}: level {i} must be between 0 and {}", i16::MAX));
+                None
+            }
+        },
+        other => {
+            errors.push(format!("{key}: expected an integer level, found {}", other.type_str()));
+            None
+        }
+    }
+}
+
+/// `HOST:PORT` with a numeric port.
+fn check_host_port(key: &str, value: &str, errors: &mut Vec<String>) {
+    match value.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+        _ => errors.push(format!("{key}: \"{value}\" is not HOST:PORT")),
+    }
+}
+
+impl Config {
+    /// Parses a TOML document, reporting every error at once.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
+        let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
+        let mut errors = Vec::new();
+        let mut c = Config::default();
+        {
+            let mut top = walker("", &doc, &mut errors);
+            if let Some(v) = top.string("listen") {
+                c.listen = v;
+            }
+            c.advertised_listener = top.string("advertised_listener");
+            if let Some(v) = top.string("data_dir") {
+                c.data_dir = PathBuf::from(v);
+            }
+            if let Some(v) = top.int::<i32>("node_id", "0 to 2147483647") {
+                c.node_id = v;
+            }
+            c.cluster_id = top.string("cluster_id");
+            if let Some(v) = top.int::<usize>("max_frame_bytes", "a positive size") {
+                c.max_frame_bytes = v;
+            }
+            if let Some(v) = top.int::<usize>("max_connections", "a positive count") {
+                c.max_connections = v;
+            }
+            let discovery = top.table("discovery");
+            let features = top.table("features");
+            let authorization = top.table("authorization");
+            top.finish();
+
+            if let Some(t) = discovery {
+                let mut w = walker("discovery", t, &mut errors);
+                if let Some(v) = w.bool("draft_tags") {
+                    c.draft_tags = v;
+                }
+                w.finish();
+            }
+            if let Some(t) = features {
+                parse_features(t, &mut c, &mut errors);
+            }
+            if let Some(t) = authorization {
+                let mut w = walker("authorization", t, &mut errors);
+                if let Some(v) = w.get("alter_cluster") {
+                    match v.as_array().map(|a| a.iter().map(|p| p.as_str().map(str::to_owned)).collect::<Option<HashSet<_>>>()) {
+                        Some(Some(set)) => c.alter_cluster = Some(set),
+                        _ => w.errors.push("authorization.alter_cluster: expected a list of principals such as \"User:alice\"".into()),
+                    }
+                }
+                w.finish();
+            }
+        }
+        c.validate(&mut errors);
+        if errors.is_empty() {
+            Ok(c)
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    /// Checks across keys; also run after command-line overrides.
+    pub fn validate(&self, errors: &mut Vec<String>) {
+        check_host_port("listen", &self.listen, errors);
+        if let Some(a) = &self.advertised_listener {
+            check_host_port("advertised_listener", a, errors);
+        }
+        if self.node_id < 0 {
+            errors.push(format!("node_id: {} must not be negative", self.node_id));
+        }
+        if self.max_frame_bytes < 64 {
+            errors.push(format!("max_frame_bytes: {} is too small for any Kafka request", self.max_frame_bytes));
+        }
+        if self.max_connections == 0 {
+            errors.push("max_connections: must be at least 1".into());
+        }
+        if let Some(alter) = &self.alter_cluster {
+            for p in alter {
+                if !p.contains(':') {
+                    errors.push(format!("authorization.alter_cluster: \"{p}\" is not TYPE:NAME (for example User:alice)"));
+                }
+            }
+        }
+        let supported = self.supported_features();
+        for (f, _, req) in self.dependencies.iter() {
+            for name in [f, req.feature.as_str()] {
+                if !supported.contains_key(name) {
+                    errors.push(format!("features.dependencies.\"{f}\": {name} is not a supported feature"));
+                }
+            }
+        }
+    }
+
+    pub fn supported_features(&self) -> SupportedFeatures {
+        self.supported.clone().unwrap_or_else(kafka::supported_features)
+    }
+
+    /// Kafka's own dependency rules for the supported features it knows, with the
+    /// declared rules in place of Kafka's for the features they name.
+    pub fn effective_dependencies(&self) -> Dependencies {
+        let supported = self.supported_features();
+        let mut defaults = Dependencies::default();
+        for (f, level, req) in kafka::dependencies().iter() {
+            if supported.contains_key(f) && supported.contains_key(&req.feature) {
+                defaults.add(f, level, req.clone());
+            }
+        }
+        defaults.overridden_by(self.dependencies.clone())
+    }
+}
+
+fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
+    let mut w = walker("features", t, errors);
+    let supported = w.table("supported");
+    let bootstrap = w.table("bootstrap");
+    let dependencies = w.table("dependencies");
+    w.finish();
+
+    if let Some(t) = supported {
+        let mut out = SupportedFeatures::new();
+        for (name, v) in t {
+            let key = format!("features.supported.\"{name}\"");
+            let Some(range) = v.as_table() else {
+                errors.push(format!("{key}: expected {{ min = A, max = B }}"));
+                continue;
+            };
+            let mut w = walker(&key, range, errors);
+            let min = w.get("min").and_then(|v| level(v, &format!("{key}.min"), w.errors));
+            let max = w.get("max").and_then(|v| level(v, &format!("{key}.max"), w.errors));
+            w.finish();
+            match (min, max) {
+                (Some(min), Some(max)) if min <= max => {
+                    out.insert(name.clone(), SupportedRange::new(min, max));
+                }
+                (Some(min), Some(max)) => errors.push(format!("{key}: min {min} is above max {max}")),
+                (None, _) | (_, None) if !range.contains_key("min") || !range.contains_key("max") => {
+                    errors.push(format!("{key}: both min and max are required"))
+                }
+                _ => {}
+            }
+        }
+        c.supported = Some(out);
+    }
+    if let Some(t) = bootstrap {
+        let mut out = BTreeMap::new();
+        for (name, v) in t {
+            if let Some(l) = level(v, &format!("features.bootstrap.\"{name}\""), errors) {
+                out.insert(name.clone(), l);
+            }
+        }
+        c.bootstrap = Some(out);
+    }
+    if let Some(t) = dependencies {
+        // "feature" = [{ level = L, requires = { "other" = M, ... } }, ...]
+        for (name, v) in t {
+            let key = format!("features.dependencies.\"{name}\"");
+            let Some(rules) = v.as_array() else {
+                errors.push(format!("{key}: expected a list of {{ level = L, requires = {{ \"feature\" = M }} }}"));
+                continue;
+            };
+            for (i, rule) in rules.iter().enumerate() {
+                let key = format!("{key}[{i}]");
+                let Some(rule) = rule.as_table() else {
+                    errors.push(format!("{key}: expected {{ level = L, requires = {{ ... }} }}"));
+                    continue;
+                };
+                let mut w = walker(&key, rule, errors);
+                let from = w.get("level").and_then(|v| level(v, &format!("{key}.level"), w.errors));
+                let requires = w.table("requires");
+                w.finish();
+                let (Some(from), Some(requires)) = (from, requires) else {
+                    errors.push(format!("{key}: both level and requires are required"));
+                    continue;
+                };
+                for (dep, min) in requires {
+                    if let Some(min_level) = level(min, &format!("{key}.requires.\"{dep}\""), errors) {
+                        c.dependencies.add(name, from, Requirement { feature: dep.clone(), min_level });
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_config_parses() {
+        let c = Config::from_toml(
+            r#"
+            listen = "127.0.0.1:19092"
+            advertised_listener = "localhost:19092"
+            data_dir = "/tmp/x"
+            node_id = 3
+            cluster_id = "abc"
+            [discovery]
+            draft_tags = false
+            [features.supported]
+            "metadata.version" = { min = 7, max = 27 }
+            "acme.widgets" = { min = 1, max = 4 }
+            [features.bootstrap]
+            "acme.widgets" = 2
+            [features.dependencies]
+            "acme.widgets" = [{ level = 3, requires = { "metadata.version" = 25 } }]
+            [authorization]
+            alter_cluster = ["User:admin"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.node_id, 3);
+        assert!(!c.draft_tags);
+        assert_eq!(c.supported_features().len(), 2);
+        assert_eq!(c.effective_dependencies().requirements("acme.widgets", 3).len(), 1);
+        assert!(c.alter_cluster.unwrap().contains("User:admin"));
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once() {
+        let err = Config::from_toml(
+            r#"
+            listen = "nowhere"
+            colour = "blue"
+            node_id = "one"
+            [discovery]
+            draft_tag = true
+            [features.supported]
+            "a" = { min = 3, max = 1 }
+            "b" = { min = 1 }
+            [features.dependencies]
+            "a" = [{ level = 1, requires = { "zzz" = 1 } }]
+            "#,
+        )
+        .unwrap_err();
+        let all = err.to_string();
+        for expected in [
+            "listen: \"nowhere\" is not HOST:PORT",
+            "colour: unknown key",
+            "node_id: expected an integer",
+            "discovery.draft_tag: unknown key",
+            "min 3 is above max 1",
+            "both min and max are required",
+            "zzz is not a supported feature",
+        ] {
+            assert!(all.contains(expected), "missing {expected:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn kafka_defaults_apply_when_nothing_is_configured() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(c.supported_features(), kafka::supported_features());
+        assert_eq!(c.effective_dependencies(), kafka::dependencies());
+        assert!(c.draft_tags);
+        assert!(c.alter_cluster.is_none());
+    }
+}

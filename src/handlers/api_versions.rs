@@ -1,0 +1,141 @@
+//! ApiVersions: the API table and the feature snapshot, answered from encoded
+//! bodies that are rebuilt only when the snapshot changes.
+
+use super::{Context, HandlerError};
+use crate::features::FeatureSnapshot;
+use crate::protocol::api_versions::{
+    invalid_request_body, is_valid_client_software, parse_request, success_body, unsupported_version_body, ApiRange,
+    ClientSoftware, MAX_VERSION,
+};
+use crate::protocol::response::{frame_with_body, EncodeError};
+use crate::protocol::{HeaderPeek, RequestFrame};
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use std::sync::Arc;
+
+/// The APIs a standalone kshim answers, with the versions it handles.
+pub const STANDALONE_APIS: &[ApiRange] = &[
+    ApiRange { api_key: ApiKey::Metadata as i16, min: 0, max: 13 },
+    ApiRange { api_key: ApiKey::ApiVersions as i16, min: 0, max: MAX_VERSION },
+    ApiRange { api_key: ApiKey::UpdateFeatures as i16, min: 0, max: 2 },
+    ApiRange { api_key: ApiKey::DescribeCluster as i16, min: 0, max: 2 },
+];
+
+/// Encoded answer bodies for one snapshot: per version, without and with the
+/// draft tags.
+struct Answers {
+    snapshot: Arc<FeatureSnapshot>,
+    bodies: Vec<[Bytes; 2]>,
+}
+
+/// What kshim advertises, and the cache of its encoded answers.
+pub struct Discovery {
+    apis: Vec<ApiRange>,
+    draft_tags: bool,
+    answers: ArcSwap<Answers>,
+}
+
+impl Discovery {
+    pub fn new(apis: Vec<ApiRange>, draft_tags: bool, snapshot: Arc<FeatureSnapshot>) -> Result<Discovery, EncodeError> {
+        let answers = build(&apis, snapshot)?;
+        Ok(Discovery { apis, draft_tags, answers: ArcSwap::from_pointee(answers) })
+    }
+
+    pub fn apis(&self) -> &[ApiRange] {
+        &self.apis
+    }
+
+    /// The answer body for `version` and `snapshot`, rebuilding the cache when the
+    /// snapshot has moved on since it was built.
+    fn body(&self, version: i16, snapshot: Arc<FeatureSnapshot>, with_draft: bool) -> Result<Bytes, EncodeError> {
+        let mut answers = self.answers.load_full();
+        if !Arc::ptr_eq(&answers.snapshot, &snapshot) {
+            let fresh = Arc::new(build(&self.apis, snapshot)?);
+            self.answers.store(Arc::clone(&fresh));
+            answers = fresh;
+        }
+        Ok(answers.bodies[version as usize][usize::from(with_draft && self.draft_tags)].clone())
+    }
+}
+
+fn build(apis: &[ApiRange], snapshot: Arc<FeatureSnapshot>) -> Result<Answers, EncodeError> {
+    let mut bodies = Vec::new();
+    for version in 0..=MAX_VERSION {
+        bodies.push([success_body(version, apis, &snapshot, false)?, success_body(version, apis, &snapshot, true)?]);
+    }
+    Ok(Answers { snapshot, bodies })
+}
+
+/// The first librdkafka release that skips unknown tagged fields correctly
+/// (confluentinc/librdkafka#4278): older ones skip one byte too few per tag and
+/// then misread the rest of the response, so they get only the fields a real
+/// broker sends.
+const FIRST_TAG_SAFE_LIBRDKAFKA: (u32, u32, u32) = (2, 2, 0);
+
+/// Whether a client may be sent the draft tags 10000-10002.
+pub fn tolerates_draft_tags(software: Option<&ClientSoftware>) -> bool {
+    match software.and_then(librdkafka_version) {
+        Some(version) => version_triple(version) >= FIRST_TAG_SAFE_LIBRDKAFKA,
+        None => true,
+    }
+}
+
+/// The librdkafka version inside a client's software fields: librdkafka itself
+/// ("librdkafka" / "2.0.2") or a binding that names it in its version
+/// ("confluent-kafka-python" / "2.16.1-rdkafka-2.16.0", "...-librdkafka-v2.3.0").
+fn librdkafka_version(software: &ClientSoftware) -> Option<&str> {
+    if software.name == "librdkafka" {
+        return Some(software.version.trim_start_matches('v'));
+    }
+    let (_, tail) = software.version.rsplit_once("rdkafka-")?;
+    Some(tail.trim_start_matches('v'))
+}
+
+/// "2.0.2" -> (2, 0, 2); missing or non-numeric parts count as 0.
+fn version_triple(version: &str) -> (u32, u32, u32) {
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+pub fn handle(ctx: &Context, frame: Bytes) -> Result<Bytes, HandlerError> {
+    let api = ApiKey::ApiVersions;
+    let peek = HeaderPeek::parse(&frame).map_err(HandlerError::malformed(api, 0))?;
+    if !(0..=MAX_VERSION).contains(&peek.api_version) {
+        return Ok(frame_with_body(api, 0, peek.correlation_id, &unsupported_version_body()));
+    }
+    let version = peek.api_version;
+    let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, version))?;
+    let software = parse_request(version, request.body()).map_err(HandlerError::malformed(api, version))?;
+    if let Some(s) = &software {
+        if !is_valid_client_software(s) {
+            tracing::debug!(name = %s.name, version = %s.version, "ApiVersions with invalid client software fields");
+            return Ok(frame_with_body(api, version, peek.correlation_id, &invalid_request_body(version)?));
+        }
+    }
+    let body = ctx.discovery.body(version, ctx.controller.snapshot(), tolerates_draft_tags(software.as_ref()))?;
+    Ok(frame_with_body(api, version, peek.correlation_id, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sw(name: &str, version: &str) -> ClientSoftware {
+        ClientSoftware { name: name.into(), version: version.into() }
+    }
+
+    #[test]
+    fn old_librdkafka_gets_no_draft_tags() {
+        assert!(!tolerates_draft_tags(Some(&sw("librdkafka", "2.0.2"))));
+        assert!(!tolerates_draft_tags(Some(&sw("librdkafka", "1.9.2"))));
+        assert!(!tolerates_draft_tags(Some(&sw("librdkafka", "2.1.1"))));
+        assert!(tolerates_draft_tags(Some(&sw("librdkafka", "2.2.0"))));
+        assert!(tolerates_draft_tags(Some(&sw("librdkafka", "2.12.1"))));
+        assert!(tolerates_draft_tags(Some(&sw("apache-kafka-java", "4.1.1"))));
+        assert!(tolerates_draft_tags(Some(&sw("confluent-kafka-python", "2.16.1-rdkafka-2.16.0"))));
+        assert!(!tolerates_draft_tags(Some(&sw("confluent-kafka-python", "1.9.2-rdkafka-1.9.2"))));
+        assert!(!tolerates_draft_tags(Some(&sw("karafka", "v2.0.0-rdkafka-ruby-v0.12.0-librdkafka-v2.0.2"))));
+        assert!(tolerates_draft_tags(None));
+    }
+}

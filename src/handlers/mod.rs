@@ -1,0 +1,148 @@
+//! One file per API that kshim answers itself. A handler takes a request frame and
+//! returns an `Action`; it never touches a socket, so each is testable alone.
+//!
+//! `dispatch` is the one place that maps an API key to its handler.
+
+pub mod api_versions;
+pub mod describe_cluster;
+pub mod metadata;
+pub mod update_features;
+
+use crate::controller::FeatureController;
+use crate::protocol::response::EncodeError;
+use crate::protocol::{CodecError, HeaderPeek};
+use api_versions::Discovery;
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// What the connection does with a request.
+#[derive(Debug)]
+pub enum Action {
+    /// Write this response frame (size prefix included).
+    Respond(Bytes),
+    /// Close the connection, as Kafka does for requests it cannot read. The reason
+    /// is logged at debug: the peer caused it.
+    Close(String),
+}
+
+/// The address kshim gives clients for itself.
+#[derive(Debug, Clone)]
+pub struct NodeAddress {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+/// Who may finalize features: ALTER on CLUSTER.
+#[derive(Debug, Clone, Default)]
+pub struct Authorizer {
+    /// `None`: no authorizer configured, everyone may (as in Kafka).
+    pub alter_cluster: Option<HashSet<String>>,
+}
+
+impl Authorizer {
+    pub fn may_alter_cluster(&self, principal: &str) -> bool {
+        self.alter_cluster.as_ref().is_none_or(|allowed| allowed.contains(principal))
+    }
+}
+
+/// Shared by every connection.
+pub struct Context {
+    pub controller: Arc<FeatureController>,
+    pub discovery: Discovery,
+    pub node: NodeAddress,
+    pub authorizer: Authorizer,
+}
+
+/// Per connection.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub principal: String,
+}
+
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// Why a handler could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The peer sent bytes that do not decode.
+    #[error("malformed {api:?} v{version} request: {source}")]
+    Malformed { api: ApiKey, version: i16, source: CodecError },
+    /// kshim built a response it cannot encode.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+impl HandlerError {
+    pub fn malformed(api: ApiKey, version: i16) -> impl FnOnce(CodecError) -> HandlerError {
+        move |source| HandlerError::Malformed { api, version, source }
+    }
+}
+
+impl From<Result<Bytes, HandlerError>> for Action {
+    fn from(result: Result<Bytes, HandlerError>) -> Action {
+        match result {
+            Ok(frame) => Action::Respond(frame),
+            Err(e @ HandlerError::Malformed { .. }) => Action::Close(e.to_string()),
+            Err(e @ HandlerError::Encode(_)) => {
+                tracing::error!("{e}");
+                Action::Close(e.to_string())
+            }
+        }
+    }
+}
+
+/// Routes one request frame to its handler.
+pub async fn dispatch(ctx: &Context, peer: &Peer, frame: Bytes) -> Action {
+    let peek = match HeaderPeek::parse(&frame) {
+        Ok(peek) => peek,
+        Err(e) => return Action::Close(format!("unreadable request header: {e}")),
+    };
+    let Some(api) = peek.known_api_key() else {
+        return Action::Close(format!("unknown API key {}", peek.api_key));
+    };
+    match api {
+        ApiKey::ApiVersions => api_versions::handle(ctx, frame).into(),
+        ApiKey::UpdateFeatures => update_features::handle(ctx, peer, frame).await.into(),
+        ApiKey::Metadata => metadata::handle(ctx, peer, frame).into(),
+        ApiKey::DescribeCluster => describe_cluster::handle(ctx, peer, frame).into(),
+        other => Action::Close(format!("{other:?} is not served by a standalone kshim")),
+    }
+}
+
+/// Refuses versions outside what kshim advertises for `api`; Kafka closes the
+/// connection on those too.
+pub(crate) fn check_version(api: ApiKey, version: i16, max: i16) -> Result<(), HandlerError> {
+    if (0..=max).contains(&version) {
+        Ok(())
+    } else {
+        Err(HandlerError::Malformed {
+            api,
+            version,
+            source: CodecError::Invalid(format!("version {version} is not supported (0-{max})")),
+        })
+    }
+}
+
+/// The authorized-operations bitfield Kafka reports for the cluster resource when
+/// asked: every cluster operation, ALTER only for principals that hold it.
+pub(crate) fn cluster_authorized_operations(ctx: &Context, peer: &Peer) -> i32 {
+    const CREATE: i32 = 5;
+    const ALTER: i32 = 7;
+    const DESCRIBE: i32 = 8;
+    const CLUSTER_ACTION: i32 = 9;
+    const DESCRIBE_CONFIGS: i32 = 10;
+    const ALTER_CONFIGS: i32 = 11;
+    const IDEMPOTENT_WRITE: i32 = 12;
+    let mut ops = [CREATE, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE]
+        .iter()
+        .fold(0, |acc, op| acc | (1 << op));
+    if ctx.authorizer.may_alter_cluster(&peer.principal) {
+        ops |= 1 << ALTER;
+    }
+    ops
+}

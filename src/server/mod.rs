@@ -1,0 +1,86 @@
+//! Listeners and connections: accepting, framing, keeping responses in request
+//! order, capping connections, and shutting down gracefully. No Kafka semantics:
+//! every frame goes to `handlers::dispatch`.
+
+mod connection;
+
+use crate::handlers::Context;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio_util::task::TaskTracker;
+
+/// Limits that protect kshim from its peers.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_frame_bytes: usize,
+    pub max_connections: usize,
+    /// Requests read ahead of their responses on one connection.
+    pub max_in_flight: usize,
+    /// How long shutdown waits for connections to finish their requests.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
+            max_connections: 10_000,
+            max_in_flight: 64,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Resolves once `shutdown` turns true. A dropped sender means nobody will ask
+/// for a stop any more.
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    loop {
+        if *shutdown.borrow_and_update() {
+            return;
+        }
+        if shutdown.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` turns true, then lets open connections
+/// finish the requests they have read (up to the grace period) and returns.
+pub async fn serve(listener: TcpListener, ctx: Arc<Context>, limits: Limits, mut shutdown: watch::Receiver<bool>) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let tracker = TaskTracker::new();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut shutdown) => break,
+            accepted = listener.accept() => {
+                let (stream, addr) = match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        // Running out of file descriptors must not spin the loop.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                    tracing::warn!(peer = %addr, max = limits.max_connections, "connection refused: too many connections");
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let ctx = Arc::clone(&ctx);
+                let limits = limits.clone();
+                let shutdown = shutdown.clone();
+                tracker.spawn(async move {
+                    connection::run(stream, addr, ctx, &limits, shutdown).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+    tracker.close();
+    if tokio::time::timeout(limits.shutdown_grace, tracker.wait()).await.is_err() {
+        tracing::warn!("shutdown grace period over; closing the remaining connections");
+    }
+}
