@@ -14,4 +14,5 @@ pub mod features;
 pub mod handlers;
 pub mod protocol;
 pub mod server;
+pub mod standalone;
 pub mod store;

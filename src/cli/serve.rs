@@ -2,14 +2,8 @@
 
 use anyhow::{bail, Context as _, Result};
 use kshim::config::Config;
-use kshim::controller::{ControllerSettings, FeatureController};
-use kshim::handlers::api_versions::{Discovery, STANDALONE_APIS};
-use kshim::handlers::{Authorizer, Context, NodeAddress};
-use kshim::server::{self, Limits};
-use kshim::store::FileStore;
+use kshim::standalone::Standalone;
 use std::path::PathBuf;
-use std::sync::Arc;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 #[derive(clap::Args, Debug)]
@@ -55,51 +49,24 @@ fn load_config(args: &ServeArgs) -> Result<Config> {
 
 pub async fn run(args: ServeArgs) -> Result<()> {
     let config = load_config(&args)?;
-    let store = FileStore::open(&config.data_dir)?;
-    let controller = FeatureController::open(
-        Arc::new(store),
-        ControllerSettings {
-            node_id: config.node_id,
-            cluster_id: config.cluster_id.clone(),
-            supported: config.supported_features(),
-            bootstrap: config.bootstrap.clone(),
-            dependencies: config.effective_dependencies(),
-        },
-    )?;
-    let controller = Arc::new(controller);
-
-    let listener = TcpListener::bind(&config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
-    let bound = listener.local_addr()?;
-    let advertised = config.advertised_listener.clone().unwrap_or_else(|| {
-        let host = config.listen.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
-        format!("{host}:{}", bound.port())
-    });
-    let (host, port) = advertised.rsplit_once(':').context("advertised listener is HOST:PORT")?;
-    let port: i32 = match port.parse::<u16>()? {
-        0 => i32::from(bound.port()),
-        p => i32::from(p),
-    };
-
+    let server = Standalone::bind(&config).await?;
     if config.alter_cluster.is_none() {
         tracing::warn!(
             "authorization.alter_cluster is not set: every client may finalize features, as in Kafka without an authorizer"
         );
     }
-    let discovery = Discovery::new(STANDALONE_APIS.to_vec(), config.draft_tags, controller.snapshot())?;
-    let ctx = Arc::new(Context {
-        node: NodeAddress { node_id: config.node_id, host: host.trim_matches(['[', ']']).to_owned(), port },
-        controller: Arc::clone(&controller),
-        discovery,
-        authorizer: Authorizer { alter_cluster: config.alter_cluster.clone() },
-    });
-    let snapshot = controller.snapshot();
+    let controller = &server.context.controller;
+    let node = &server.context.node;
     tracing::info!(
         cluster_id = controller.cluster_id(),
-        epoch = snapshot.finalized.epoch,
+        epoch = controller.snapshot().finalized.epoch,
         data_dir = %config.data_dir.display(),
-        "kshim standalone discovery server listening on {bound}, advertised as {host}:{port}"
+        "kshim standalone discovery server listening on {}, advertised as {}:{}",
+        server.local_addr,
+        node.host,
+        node.port
     );
-    println!("kshim listening on {bound}");
+    println!("kshim listening on {}", server.local_addr);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -107,8 +74,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     });
-    let limits = Limits { max_frame_bytes: config.max_frame_bytes, max_connections: config.max_connections, ..Limits::default() };
-    server::serve(listener, ctx, limits, stop_rx).await;
+    server.serve(stop_rx).await;
     Ok(())
 }
 

@@ -1,0 +1,93 @@
+//! Wiring for a standalone kshim (no upstream): store, controller, handlers and a
+//! listener, from a `Config`. Used by `kshim serve` and by the integration tests,
+//! so that both start the same thing.
+
+use crate::config::Config;
+use crate::controller::{ControllerError, ControllerSettings, FeatureController};
+use crate::handlers::api_versions::{Discovery, STANDALONE_APIS};
+use crate::handlers::{Authorizer, Context, NodeAddress};
+use crate::protocol::response::EncodeError;
+use crate::server::{self, Limits};
+use crate::store::{FileStore, StoreError};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Controller(#[from] ControllerError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error("listening on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("advertised listener {0} is not HOST:PORT")]
+    Advertised(String),
+}
+
+/// A bound, not yet serving, standalone kshim.
+pub struct Standalone {
+    pub listener: TcpListener,
+    pub local_addr: SocketAddr,
+    pub context: Arc<Context>,
+    pub limits: Limits,
+}
+
+impl Standalone {
+    /// Opens the store (refusing incompatible stored levels), binds the listener
+    /// and builds the handler context.
+    pub async fn bind(config: &Config) -> Result<Standalone, StartError> {
+        let store = FileStore::open(&config.data_dir)?;
+        let controller = Arc::new(FeatureController::open(
+            Arc::new(store),
+            ControllerSettings {
+                node_id: config.node_id,
+                cluster_id: config.cluster_id.clone(),
+                supported: config.supported_features(),
+                bootstrap: config.bootstrap.clone(),
+                dependencies: config.effective_dependencies(),
+            },
+        )?);
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .map_err(|source| StartError::Bind { addr: config.listen.clone(), source })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen.clone(), source })?;
+        let node = advertised_address(config, local_addr)?;
+        let discovery = Discovery::new(STANDALONE_APIS.to_vec(), config.draft_tags, controller.snapshot())?;
+        let context = Arc::new(Context {
+            controller,
+            discovery,
+            node,
+            authorizer: Authorizer { alter_cluster: config.alter_cluster.clone() },
+        });
+        let limits = Limits {
+            max_frame_bytes: config.max_frame_bytes,
+            max_connections: config.max_connections,
+            ..Limits::default()
+        };
+        Ok(Standalone { listener, local_addr, context, limits })
+    }
+
+    /// Serves until `shutdown` turns true.
+    pub async fn serve(self, shutdown: watch::Receiver<bool>) {
+        server::serve(self.listener, self.context, self.limits, shutdown).await;
+    }
+}
+
+/// What clients are told: the advertised listener, or the listen host with the
+/// port actually bound (so that port 0 works).
+fn advertised_address(config: &Config, bound: SocketAddr) -> Result<NodeAddress, StartError> {
+    let text = config.advertised_listener.clone().unwrap_or_else(|| {
+        let host = config.listen.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
+        format!("{host}:{}", bound.port())
+    });
+    let (host, port) = text.rsplit_once(':').ok_or_else(|| StartError::Advertised(text.clone()))?;
+    let port = match port.parse::<u16>().map_err(|_| StartError::Advertised(text.clone()))? {
+        0 => bound.port(),
+        p => p,
+    };
+    Ok(NodeAddress { node_id: config.node_id, host: host.trim_matches(['[', ']']).to_owned(), port: i32::from(port) })
+}
