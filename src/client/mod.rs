@@ -195,6 +195,5 @@ pub fn decode_update_features_response(version: i16, raw: &[u8]) -> Result<Updat
         }
     }
     r.tagged_fields("UpdateFeaturesResponse")?;
-    r.expect_end("UpdateFeaturesResponse")?;
     Ok(UpdateFeaturesAnswer { error_code, error_message, results })
 }

@@ -13,13 +13,16 @@ use super::{Dependencies, FinalizedFeatures, SupportedFeatures};
 use crate::protocol::error_codes;
 use std::collections::{BTreeMap, HashSet};
 
-/// How a level may move (UpdateFeatures v1+ UpgradeType; v0's AllowDowngrade maps
-/// to SafeDowngrade when true and Upgrade when false).
+/// How a level may move: UpdateFeatures v1+ UpgradeType, or v0's AllowDowngrade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpgradeType {
     Upgrade,
     SafeDowngrade,
     UnsafeDowngrade,
+    /// v0 with AllowDowngrade set: the KIP's flag permits a downgrade without
+    /// forbidding an upgrade, so it acts as SafeDowngrade below the current level
+    /// and as Upgrade otherwise.
+    AllowDowngrade,
     Unknown(i8),
 }
 
@@ -38,15 +41,25 @@ impl UpgradeType {
             UpgradeType::Upgrade => 1,
             UpgradeType::SafeDowngrade => 2,
             UpgradeType::UnsafeDowngrade => 3,
+            UpgradeType::AllowDowngrade => 2,
             UpgradeType::Unknown(c) => c,
         }
     }
 
     pub fn from_allow_downgrade(allow: bool) -> UpgradeType {
         if allow {
-            UpgradeType::SafeDowngrade
+            UpgradeType::AllowDowngrade
         } else {
             UpgradeType::Upgrade
+        }
+    }
+
+    /// The type in force for a move from `current` to `level`.
+    fn resolve(self, current: i16, level: i16) -> UpgradeType {
+        match self {
+            UpgradeType::AllowDowngrade if level < current => UpgradeType::SafeDowngrade,
+            UpgradeType::AllowDowngrade => UpgradeType::Upgrade,
+            other => other,
         }
     }
 }
@@ -131,7 +144,9 @@ fn check_one(
     proposed: &dyn Fn(&str) -> i16,
 ) -> Result<(), UpdateRejection> {
     let (name, level) = (u.name.as_str(), u.level);
-    if let UpgradeType::Unknown(_) = u.upgrade_type {
+    let current_level = current.level(name);
+    let upgrade_type = u.upgrade_type.resolve(current_level, level);
+    if let UpgradeType::Unknown(_) = upgrade_type {
         return Err(invalid_update(name, level, "The controller does not support the given upgrade type."));
     }
     if level < 0 {
@@ -140,23 +155,27 @@ fn check_one(
     if let Some(reason) = reason_not_supported(supporters, name, level) {
         return Err(invalid_update(name, level, &reason));
     }
-    let current_level = current.level(name);
-    if level < current_level && u.upgrade_type == UpgradeType::Upgrade {
+    if level < current_level && upgrade_type == UpgradeType::Upgrade {
         return Err(invalid_update(
             name,
             level,
             "Can't downgrade the version of this feature without setting the upgrade type to either safe or unsafe downgrade.",
         ));
     }
-    if level > current_level && u.upgrade_type != UpgradeType::Upgrade {
+    if level > current_level && upgrade_type != UpgradeType::Upgrade {
         return Err(invalid_update(name, level, "Can't downgrade to a newer version."));
     }
     if name == METADATA_VERSION {
-        return check_metadata_version(current_level, level, u.upgrade_type);
+        return check_metadata_version(current_level, level, upgrade_type);
     }
     // kraft.version moves only forward: in Kafka the Raft layer itself upgrades it.
-    if name == KRAFT_VERSION && u.upgrade_type != UpgradeType::Upgrade && level != current_level {
+    if name == KRAFT_VERSION && upgrade_type != UpgradeType::Upgrade && level != current_level {
         return Err(invalid_update(name, level, "Can't downgrade the version of this feature."));
+    }
+    // A feature no supporter knows can still be "disabled" past the range check
+    // (level 0 is in everyone's range), but there is nothing to disable.
+    if supporters.iter().all(|s| !s.features.contains_key(name)) {
+        return Err(invalid_update(name, level, &format!("Feature {name} not found.")));
     }
     if let Some(reason) = dependencies.unmet(name, level, proposed) {
         return Err(invalid_update(name, level, &reason));
@@ -264,9 +283,8 @@ mod tests {
             r.message,
             "Invalid update version 1 for feature no.such.feature. Local controller 1 does not support this feature."
         );
-        let (f, s, d) = kafka_like();
-        let plan = plan_update(&f, &s, &d, &[upd("no.such.feature", 0, UpgradeType::SafeDowngrade)]).unwrap();
-        assert!(plan.changes.is_empty());
+        let r = reject(&[upd("no.such.feature", 0, UpgradeType::SafeDowngrade)]);
+        assert!(r.message.ends_with("Feature no.such.feature not found."), "{}", r.message);
     }
 
     #[test]
@@ -288,6 +306,15 @@ mod tests {
             let plan = plan_update(&f, &s, &d, &[upd("transaction.version", 1, t)]).unwrap();
             assert_eq!(plan.changes, [("transaction.version".to_owned(), 1)].into());
         }
+    }
+
+    #[test]
+    fn v0_allow_downgrade_permits_both_directions() {
+        let (f, s, d) = kafka_like();
+        let down = plan_update(&f, &s, &d, &[upd("group.version", 0, UpgradeType::AllowDowngrade)]).unwrap();
+        assert_eq!(down.changes, [("group.version".to_owned(), 0)].into());
+        let up = plan_update(&f, &s, &d, &[upd("share.version", 1, UpgradeType::AllowDowngrade)]).unwrap();
+        assert_eq!(up.changes, [("share.version".to_owned(), 1)].into());
     }
 
     #[test]

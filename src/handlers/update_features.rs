@@ -72,7 +72,7 @@ fn response(version: i16, request: &UpdateFeaturesRequest, outcome: Result<(), &
                 .with_error_message(Some(StrBytes::from_string(message)))
         }
         Ok(()) => {
-            let mut response = UpdateFeaturesResponse::default();
+            let mut response = UpdateFeaturesResponse::default().with_error_message(None);
             if version < 2 {
                 // Kafka fills each result's message with the name of the code.
                 response.results = request

@@ -195,7 +195,6 @@ pub fn decode_response(version: i16, body: &[u8]) -> Result<DecodedApiVersions, 
         }
         draft = DraftFeatures::decode(&tags)?;
     }
-    r.expect_end("ApiVersionsResponse")?;
     if let Some(d) = &draft {
         check_agreement(&features, d)?;
     }

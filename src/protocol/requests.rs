@@ -2,6 +2,10 @@
 //! schemas contain arrays. They produce kafka-protocol's types, so that the rest of
 //! kshim sees one model; the tests check them against kafka-protocol's own
 //! decoders on valid input.
+//!
+//! Bytes after the last field are ignored, as Kafka's own parsers ignore them:
+//! librdkafka 2.x sends three extra bytes after a Metadata v13 request for all
+//! topics, and brokers answer it.
 
 use super::wire::{CodecError, Reader};
 use kafka_protocol::messages::describe_cluster_request::DescribeClusterRequest;
@@ -37,7 +41,6 @@ pub fn update_features(version: i16, body: &[u8]) -> Result<UpdateFeaturesReques
         req.validate_only = r.bool("ValidateOnly")?;
     }
     req.unknown_tagged_fields = r.tagged_fields("UpdateFeaturesRequest")?;
-    r.expect_end("UpdateFeaturesRequest")?;
     Ok(req)
 }
 
@@ -80,7 +83,6 @@ pub fn metadata(version: i16, body: &[u8]) -> Result<MetadataRequest, CodecError
     if flexible {
         req.unknown_tagged_fields = r.tagged_fields("MetadataRequest")?;
     }
-    r.expect_end("MetadataRequest")?;
     Ok(req)
 }
 
@@ -96,7 +98,6 @@ pub fn describe_cluster(version: i16, body: &[u8]) -> Result<DescribeClusterRequ
         req.include_fenced_brokers = r.bool("IncludeFencedBrokers")?;
     }
     req.unknown_tagged_fields = r.tagged_fields("DescribeClusterRequest")?;
-    r.expect_end("DescribeClusterRequest")?;
     Ok(req)
 }
 
@@ -166,6 +167,14 @@ mod tests {
             let _ = metadata(version, &raw);
             let _ = describe_cluster(version.min(2), &raw);
         }
+    }
+
+    #[test]
+    fn trailing_bytes_are_ignored_as_kafka_does() {
+        // librdkafka 2.16's Metadata v13 for all topics: null topics, two flags,
+        // empty tags, then three bytes more.
+        let req = metadata(13, &[0, 0, 0, 0, 1, 0, 0]).unwrap();
+        assert_eq!(req.topics, None);
     }
 
     #[test]
