@@ -49,13 +49,19 @@ struct Step {
 
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn random_step(rng: &mut StdRng) -> Step {
     let version = rng.gen_range(0..=2);
     let validate_only = version >= 1 && rng.gen_bool(0.2);
-    let n = if rng.gen_bool(0.75) { 1 } else { rng.gen_range(2..=3) };
+    let n = if rng.gen_bool(0.75) {
+        1
+    } else {
+        rng.gen_range(2..=3)
+    };
     let mut updates = Vec::new();
     for _ in 0..n {
         let (name, lo, hi) = FEATURES[rng.gen_range(0..FEATURES.len())];
@@ -67,14 +73,23 @@ fn random_step(rng: &mut StdRng) -> Step {
             10..=15 => 2,
             _ => 3,
         };
-        updates.push(Update { name: name.to_owned(), level, allow_downgrade: rng.gen_bool(0.4), upgrade_type });
+        updates.push(Update {
+            name: name.to_owned(),
+            level,
+            allow_downgrade: rng.gen_bool(0.4),
+            upgrade_type,
+        });
     }
     // Usually one entry per feature; sometimes a duplicate on purpose.
     if !rng.gen_bool(0.1) {
         let mut seen = std::collections::HashSet::new();
         updates.retain(|u| seen.insert(u.name.clone()));
     }
-    Step { version, validate_only, updates }
+    Step {
+        version,
+        validate_only,
+        updates,
+    }
 }
 
 fn request(step: &Step) -> UpdateFeaturesRequest {
@@ -106,7 +121,10 @@ async fn levels(client: &mut KafkaClient) -> Result<BTreeMap<String, i16>, Strin
 }
 
 async fn send(client: &mut KafkaClient, step: &Step) -> Result<(i16, Option<String>), String> {
-    let answer = client.update_features(step.version, &request(step)).await.map_err(|e| e.to_string())?;
+    let answer = client
+        .update_features(step.version, &request(step))
+        .await
+        .map_err(|e| e.to_string())?;
     Ok((answer.error_code, answer.error_message))
 }
 
@@ -145,8 +163,12 @@ async fn main() -> std::process::ExitCode {
     let seed: u64 = arg("--seed").map_or(42, |s| s.parse().expect("--seed N"));
     let count: usize = arg("--count").map_or(200, |s| s.parse().expect("--count N"));
     let timeout = Duration::from_secs(30);
-    let mut broker = KafkaClient::connect(&broker_addr, timeout).await.expect("connect to the broker");
-    let mut kshim = KafkaClient::connect(&kshim_addr, timeout).await.expect("connect to kshim");
+    let mut broker = KafkaClient::connect(&broker_addr, timeout)
+        .await
+        .expect("connect to the broker");
+    let mut kshim = KafkaClient::connect(&kshim_addr, timeout)
+        .await
+        .expect("connect to kshim");
     let mut rng = StdRng::seed_from_u64(seed);
 
     let start_broker = levels(&mut broker).await.expect("broker ApiVersions");
@@ -167,13 +189,17 @@ async fn main() -> std::process::ExitCode {
         let b = send(&mut broker, &step).await;
         let k = send(&mut kshim, &step).await;
         let (Ok((b_code, b_msg)), Ok((k_code, k_msg))) = (b.clone(), k.clone()) else {
-            unexpected.push(format!("step {i}: transport error: broker {b:?} kshim {k:?}"));
+            unexpected.push(format!(
+                "step {i}: transport error: broker {b:?} kshim {k:?}"
+            ));
             break;
         };
         match kind {
             Some(Deliberate::DuplicateFeature) => {
                 if k_code != error_codes::INVALID_REQUEST {
-                    unexpected.push(format!("step {i}: duplicate names: kshim answered {k_code}, not INVALID_REQUEST"));
+                    unexpected.push(format!(
+                        "step {i}: duplicate names: kshim answered {k_code}, not INVALID_REQUEST"
+                    ));
                 }
                 if b_code == error_codes::NONE && !step.validate_only {
                     // Replay the broker's last-wins reading on kshim.
@@ -181,22 +207,47 @@ async fn main() -> std::process::ExitCode {
                     for u in &step.updates {
                         last.insert(u.name.clone(), u.clone());
                     }
-                    let dedup = Step { version: step.version, validate_only: false, updates: last.into_values().collect() };
+                    let dedup = Step {
+                        version: step.version,
+                        validate_only: false,
+                        updates: last.into_values().collect(),
+                    };
                     let dedup = if classify(&dedup, &before).is_some() {
-                        Step { version: 2, validate_only: false, updates: dedup.updates.iter().map(|u| Update { upgrade_type: if u.level < before.get(&u.name).copied().unwrap_or(0) { 2 } else { 1 }, ..u.clone() }).collect() }
+                        Step {
+                            version: 2,
+                            validate_only: false,
+                            updates: dedup
+                                .updates
+                                .iter()
+                                .map(|u| Update {
+                                    upgrade_type: if u.level
+                                        < before.get(&u.name).copied().unwrap_or(0)
+                                    {
+                                        2
+                                    } else {
+                                        1
+                                    },
+                                    ..u.clone()
+                                })
+                                .collect(),
+                        }
                     } else {
                         dedup
                     };
                     let r = send(&mut kshim, &dedup).await;
                     if !matches!(r, Ok((0, _))) {
-                        unexpected.push(format!("step {i}: reconciling a duplicate on kshim failed: {r:?}"));
+                        unexpected.push(format!(
+                            "step {i}: reconciling a duplicate on kshim failed: {r:?}"
+                        ));
                     }
                 }
                 *deliberate.entry(Deliberate::DuplicateFeature).or_default() += 1;
             }
             Some(Deliberate::V0AllowDowngrade) => {
                 if b_code != error_codes::INVALID_UPDATE_VERSION {
-                    unexpected.push(format!("step {i}: v0 AllowDowngrade: broker answered {b_code} ({b_msg:?})"));
+                    unexpected.push(format!(
+                        "step {i}: v0 AllowDowngrade: broker answered {b_code} ({b_msg:?})"
+                    ));
                 }
                 if k_code == error_codes::NONE {
                     // kshim applied the downgrade; apply it on the broker the v1+ way.
@@ -214,7 +265,9 @@ async fn main() -> std::process::ExitCode {
                     };
                     let r = send(&mut broker, &v2).await;
                     if !matches!(r, Ok((0, _))) {
-                        unexpected.push(format!("step {i}: reconciling a v0 downgrade on the broker failed: {r:?}"));
+                        unexpected.push(format!(
+                            "step {i}: reconciling a v0 downgrade on the broker failed: {r:?}"
+                        ));
                     }
                 }
                 *deliberate.entry(Deliberate::V0AllowDowngrade).or_default() += 1;
@@ -233,10 +286,28 @@ async fn main() -> std::process::ExitCode {
         let after_b = levels(&mut broker).await.expect("broker ApiVersions");
         let after_k = levels(&mut kshim).await.expect("kshim ApiVersions");
         if after_b != after_k {
-            unexpected.push(format!("step {i}: {step:?}: levels differ: broker {after_b:?} kshim {after_k:?}"));
+            unexpected.push(format!(
+                "step {i}: {step:?}: levels differ: broker {after_b:?} kshim {after_k:?}"
+            ));
             break;
         }
-        println!("step {i:3}: v{} {:?} -> broker {b_code} kshim {k_code}", step.version, step.updates.iter().map(|u| format!("{}={}/{}", u.name, u.level, if step.version == 0 { u.allow_downgrade as i8 } else { u.upgrade_type })).collect::<Vec<_>>());
+        println!(
+            "step {i:3}: v{} {:?} -> broker {b_code} kshim {k_code}",
+            step.version,
+            step.updates
+                .iter()
+                .map(|u| format!(
+                    "{}={}/{}",
+                    u.name,
+                    u.level,
+                    if step.version == 0 {
+                        u.allow_downgrade as i8
+                    } else {
+                        u.upgrade_type
+                    }
+                ))
+                .collect::<Vec<_>>()
+        );
     }
     let _ = ApiKey::UpdateFeatures;
     println!("differential: seed {seed}, {count} steps, {agreed} agreed ({by_code:?} by error code), deliberate divergences {deliberate:?}, unexpected {}", unexpected.len());

@@ -5,7 +5,11 @@ mod cli;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "kshim", version, about = "A Kafka protocol proxy that serves KIP-584 feature discovery and gating")]
+#[command(
+    name = "kshim",
+    version,
+    about = "A Kafka protocol proxy that serves KIP-584 feature discovery and gating"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,8 +28,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(&cli.command))),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(default_filter(&cli.command))
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -23,7 +23,10 @@ pub enum StartError {
     #[error(transparent)]
     Encode(#[from] EncodeError),
     #[error("listening on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("advertised listener {0} is not HOST:PORT")]
     Advertised(String),
 }
@@ -51,24 +54,42 @@ impl Standalone {
                 dependencies: config.effective_dependencies(),
             },
         )?);
-        let listener = TcpListener::bind(&config.listen)
-            .await
-            .map_err(|source| StartError::Bind { addr: config.listen.clone(), source })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen.clone(), source })?;
+        let listener =
+            TcpListener::bind(&config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: config.listen.clone(),
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen.clone(),
+            source,
+        })?;
         let node = advertised_address(config, local_addr)?;
-        let discovery = Discovery::new(STANDALONE_APIS.to_vec(), config.draft_tags, controller.snapshot())?;
+        let discovery = Discovery::new(
+            STANDALONE_APIS.to_vec(),
+            config.draft_tags,
+            controller.snapshot(),
+        )?;
         let context = Arc::new(Context {
             controller,
             discovery,
             node,
-            authorizer: Authorizer { alter_cluster: config.alter_cluster.clone() },
+            authorizer: Authorizer {
+                alter_cluster: config.alter_cluster.clone(),
+            },
         });
         let limits = Limits {
             max_frame_bytes: config.max_frame_bytes,
             max_connections: config.max_connections,
             ..Limits::default()
         };
-        Ok(Standalone { listener, local_addr, context, limits })
+        Ok(Standalone {
+            listener,
+            local_addr,
+            context,
+            limits,
+        })
     }
 
     /// Serves until `shutdown` turns true.
@@ -81,13 +102,25 @@ impl Standalone {
 /// port actually bound (so that port 0 works).
 fn advertised_address(config: &Config, bound: SocketAddr) -> Result<NodeAddress, StartError> {
     let text = config.advertised_listener.clone().unwrap_or_else(|| {
-        let host = config.listen.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
+        let host = config
+            .listen
+            .rsplit_once(':')
+            .map_or("127.0.0.1", |(h, _)| h);
         format!("{host}:{}", bound.port())
     });
-    let (host, port) = text.rsplit_once(':').ok_or_else(|| StartError::Advertised(text.clone()))?;
-    let port = match port.parse::<u16>().map_err(|_| StartError::Advertised(text.clone()))? {
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| StartError::Advertised(text.clone()))?;
+    let port = match port
+        .parse::<u16>()
+        .map_err(|_| StartError::Advertised(text.clone()))?
+    {
         0 => bound.port(),
         p => p,
     };
-    Ok(NodeAddress { node_id: config.node_id, host: host.trim_matches(['[', ']']).to_owned(), port: i32::from(port) })
+    Ok(NodeAddress {
+        node_id: config.node_id,
+        host: host.trim_matches(['[', ']']).to_owned(),
+        port: i32::from(port),
+    })
 }

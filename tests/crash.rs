@@ -23,15 +23,27 @@ fn start(data_dir: &std::path::Path) -> (Child, String) {
         .spawn()
         .expect("start kshim");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
-    let addr = line.trim().strip_prefix("kshim listening on ").unwrap_or_else(|| panic!("unexpected line {line:?}")).to_owned();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line
+        .trim()
+        .strip_prefix("kshim listening on ")
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+        .to_owned();
     (child, addr)
 }
 
 async fn observed(addr: &str) -> (i64, i16) {
-    let mut client = KafkaClient::connect(addr, Duration::from_secs(5)).await.expect("connect");
+    let mut client = KafkaClient::connect(addr, Duration::from_secs(5))
+        .await
+        .expect("connect");
     let (_, answer) = client.api_versions().await.expect("ApiVersions");
-    let level = answer.features.finalized.get(FEATURE).map_or(0, |&(_, max)| max);
+    let level = answer
+        .features
+        .finalized
+        .get(FEATURE)
+        .map_or(0, |&(_, max)| max);
     (answer.features.epoch, level)
 }
 
@@ -60,7 +72,9 @@ async fn state_survives_kill_9_at_any_instant() {
         // Fire updates back to back and kill the process at a random moment.
         let kill_after = Duration::from_millis(rng.gen_range(5..120));
         let started = Instant::now();
-        let mut client = KafkaClient::connect(&addr, Duration::from_secs(5)).await.expect("connect");
+        let mut client = KafkaClient::connect(&addr, Duration::from_secs(5))
+            .await
+            .expect("connect");
         while started.elapsed() < kill_after {
             match client.update_features(2, &toggle(acked_level)).await {
                 Ok(answer) if answer.error_code == 0 => {
@@ -88,17 +102,28 @@ async fn state_survives_kill_9_at_any_instant() {
 
         (child, addr) = start(dir.path());
         let (epoch, level) = observed(&addr).await;
-        assert!(epoch >= acked_epoch, "epoch went back: {epoch} < acknowledged {acked_epoch}");
-        assert!(epoch <= acked_epoch + 1, "epoch {epoch} is ahead of anything sent ({acked_epoch} acknowledged)");
+        assert!(
+            epoch >= acked_epoch,
+            "epoch went back: {epoch} < acknowledged {acked_epoch}"
+        );
+        assert!(
+            epoch <= acked_epoch + 1,
+            "epoch {epoch} is ahead of anything sent ({acked_epoch} acknowledged)"
+        );
         if epoch == acked_epoch {
             assert_eq!(level, acked_level, "same epoch, different level");
         } else {
-            assert_ne!(level, acked_level, "the in-flight update moved the epoch but not the level");
+            assert_ne!(
+                level, acked_level,
+                "the in-flight update moved the epoch but not the level"
+            );
             acked_level = level;
         }
         acked_epoch = epoch;
-        serde_json::from_slice::<serde_json::Value>(&std::fs::read(dir.path().join("state.json")).unwrap())
-            .expect("state.json parses after a crash");
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(dir.path().join("state.json")).unwrap(),
+        )
+        .expect("state.json parses after a crash");
         rounds += 1;
     }
     child.kill().ok();

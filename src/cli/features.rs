@@ -101,7 +101,11 @@ fn emit(text: &str) {
 }
 
 fn split_servers(list: &str) -> Vec<String> {
-    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Asks every bootstrap server and keeps the answer with the highest epoch: the
@@ -117,13 +121,21 @@ async fn describe_all(common: &Common) -> Result<Described> {
             Ok::<_, kshim::client::ClientError>(answer)
         };
         match attempt.await {
-            Ok(answer) if answer.error_code != error_codes::NONE => {
-                failures.push(format!("{server}: ApiVersions failed with {}", error_codes::name(answer.error_code)))
-            }
+            Ok(answer) if answer.error_code != error_codes::NONE => failures.push(format!(
+                "{server}: ApiVersions failed with {}",
+                error_codes::name(answer.error_code)
+            )),
             Ok(answer) => {
                 let (host, port) = server.rsplit_once(':').unwrap_or((server.as_str(), "9092"));
-                let d = Described { host: host.to_owned(), port: port.parse().unwrap_or(9092), answer };
-                if best.as_ref().is_none_or(|b| d.answer.features.epoch > b.answer.features.epoch) {
+                let d = Described {
+                    host: host.to_owned(),
+                    port: port.parse().unwrap_or(9092),
+                    answer,
+                };
+                if best
+                    .as_ref()
+                    .is_none_or(|b| d.answer.features.epoch > b.answer.features.epoch)
+                {
                     best = Some(d);
                 }
             }
@@ -154,7 +166,11 @@ fn level_to_string(feature: &str, level: i16) -> String {
 
 fn describe_text(d: &Described) -> String {
     let f = &d.answer.features;
-    let epoch = if f.epoch >= 0 { f.epoch.to_string() } else { "-".to_owned() };
+    let epoch = if f.epoch >= 0 {
+        f.epoch.to_string()
+    } else {
+        "-".to_owned()
+    };
     let mut out = String::new();
     for (name, &(min, max)) in &f.supported {
         let finalized = f.finalized.get(name).map_or(0, |&(_, max)| max);
@@ -179,7 +195,10 @@ fn describe_json(d: &Described, status: &str) -> Map<String, Value> {
     let mut finalized = Map::new();
     finalized.insert("epoch".into(), json!(f.epoch));
     for (n, &(min, max)) in &f.finalized {
-        finalized.insert(n.clone(), json!({"min_version_level": min, "max_version_level": max}));
+        finalized.insert(
+            n.clone(),
+            json!({"min_version_level": min, "max_version_level": max}),
+        );
     }
     let mut doc = Map::new();
     doc.insert("status".into(), json!(status));
@@ -205,7 +224,9 @@ fn parse_feature(spec: &str, disable: bool) -> Result<(String, i16)> {
             Ok(v) => v,
             Err(_) if name == METADATA_VERSION => metadata_version_level(l)
                 .with_context(|| format!("Unknown metadata.version {l}."))?,
-            Err(_) => bail!("Can't parse feature=level string {spec}: unable to parse {l} as a short."),
+            Err(_) => {
+                bail!("Can't parse feature=level string {spec}: unable to parse {l} as a short.")
+            }
         },
     };
     if disable && level != 0 {
@@ -237,7 +258,10 @@ pub async fn run(args: FeaturesArgs) -> Result<u8> {
             let d = describe_all(&common).await?;
             match common.output {
                 Output::Text => emit(&describe_text(&d)),
-                Output::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&Value::Object(describe_json(&d, "OK")))?)),
+                Output::Json => emit(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&Value::Object(describe_json(&d, "OK")))?
+                )),
             }
             Ok(0)
         }
@@ -262,14 +286,29 @@ pub async fn run(args: FeaturesArgs) -> Result<u8> {
             }
             update_features(Kind::Upgrade, UpgradeType::Upgrade, wanted, &update).await
         }
-        Op::Downgrade { update, unsafe_downgrade, unsafe_flag } => {
+        Op::Downgrade {
+            update,
+            unsafe_downgrade,
+            unsafe_flag,
+        } => {
             let wanted = parse_all(&update.features, false)?;
-            let t = if unsafe_downgrade || unsafe_flag { UpgradeType::UnsafeDowngrade } else { UpgradeType::SafeDowngrade };
+            let t = if unsafe_downgrade || unsafe_flag {
+                UpgradeType::UnsafeDowngrade
+            } else {
+                UpgradeType::SafeDowngrade
+            };
             update_features(Kind::Downgrade, t, wanted, &update).await
         }
-        Op::Disable { update, unsafe_flag } => {
+        Op::Disable {
+            update,
+            unsafe_flag,
+        } => {
             let wanted = parse_all(&update.features, true)?;
-            let t = if unsafe_flag { UpgradeType::UnsafeDowngrade } else { UpgradeType::SafeDowngrade };
+            let t = if unsafe_flag {
+                UpgradeType::UnsafeDowngrade
+            } else {
+                UpgradeType::SafeDowngrade
+            };
             update_features(Kind::Disable, t, wanted, &update).await
         }
     }
@@ -291,7 +330,12 @@ fn parse_all(specs: &[String], disable: bool) -> Result<BTreeMap<String, i16>> {
 fn confirm(kind: Kind, wanted: &BTreeMap<String, i16>, current: &Described) -> Result<()> {
     let mut lines = String::new();
     for (i, (name, level)) in wanted.iter().enumerate() {
-        let existing = current.answer.features.finalized.get(name).map_or(0, |&(_, m)| m);
+        let existing = current
+            .answer
+            .features
+            .finalized
+            .get(name)
+            .map_or(0, |&(_, m)| m);
         lines.push_str(&format!(
             "{}. {name} from {} (existing) to {} (new)\n",
             i + 1,
@@ -300,9 +344,15 @@ fn confirm(kind: Kind, wanted: &BTreeMap<String, i16>, current: &Described) -> R
         ));
     }
     if !std::io::stdin().is_terminal() {
-        bail!("refusing to {} without confirmation: no terminal to ask on; pass --yes to proceed", kind.op());
+        bail!(
+            "refusing to {} without confirmation: no terminal to ask on; pass --yes to proceed",
+            kind.op()
+        );
     }
-    eprint!("Please confirm before {}ing the following features:\n{lines}[y/N]? ", kind.op().trim_end_matches('e'));
+    eprint!(
+        "Please confirm before {}ing the following features:\n{lines}[y/N]? ",
+        kind.op().trim_end_matches('e')
+    );
     std::io::stderr().flush()?;
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
@@ -313,7 +363,12 @@ fn confirm(kind: Kind, wanted: &BTreeMap<String, i16>, current: &Described) -> R
     }
 }
 
-async fn update_features(kind: Kind, upgrade_type: UpgradeType, wanted: BTreeMap<String, i16>, args: &UpdateArgs) -> Result<u8> {
+async fn update_features(
+    kind: Kind,
+    upgrade_type: UpgradeType,
+    wanted: BTreeMap<String, i16>,
+    args: &UpdateArgs,
+) -> Result<u8> {
     if wanted.is_empty() {
         bail!("You must specify at least one feature to {}", kind.op());
     }
@@ -338,7 +393,8 @@ async fn update_features(kind: Kind, upgrade_type: UpgradeType, wanted: BTreeMap
     if args.dry_run && version == 0 {
         bail!("{server} supports only UpdateFeatures v0, which has no validate-only mode");
     }
-    let mut request = UpdateFeaturesRequest::default().with_timeout_ms((timeout.as_millis() as i32).max(1));
+    let mut request =
+        UpdateFeaturesRequest::default().with_timeout_ms((timeout.as_millis() as i32).max(1));
     request.validate_only = args.dry_run;
     for (name, level) in &wanted {
         let mut key = FeatureUpdateKey::default()
@@ -358,7 +414,10 @@ async fn update_features(kind: Kind, upgrade_type: UpgradeType, wanted: BTreeMap
     let mut outcome: BTreeMap<&String, Option<String>> = BTreeMap::new();
     for name in wanted.keys() {
         let error = if response.error_code != error_codes::NONE {
-            Some(message_or_name(response.error_code, response.error_message.as_deref()))
+            Some(message_or_name(
+                response.error_code,
+                response.error_message.as_deref(),
+            ))
         } else {
             response
                 .results
@@ -412,7 +471,10 @@ async fn update_features(kind: Kind, upgrade_type: UpgradeType, wanted: BTreeMap
                 .collect();
             doc.insert("updates".into(), Value::Object(results));
             doc.insert("dry_run".into(), json!(args.dry_run));
-            emit(&format!("{}\n", serde_json::to_string_pretty(&Value::Object(doc))?));
+            emit(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&Value::Object(doc))?
+            ));
         }
     }
     if failures > 0 {

@@ -25,7 +25,8 @@ pub struct ServeArgs {
 fn load_config(args: &ServeArgs) -> Result<Config> {
     let mut config = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         }
         None => Config::default(),
@@ -80,7 +81,10 @@ pub async fn run(args: ServeArgs) -> Result<()> {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
         (Ok(mut int), Ok(mut term)) => {
             tokio::select! {
                 _ = int.recv() => {}

@@ -49,8 +49,14 @@ impl KafkaClient {
     pub async fn connect(addr: &str, timeout: Duration) -> Result<KafkaClient, ClientError> {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| ClientError::Timeout { addr: addr.to_owned(), timeout })?
-            .map_err(|e| ClientError::Connect { addr: addr.to_owned(), reason: e.to_string() })?;
+            .map_err(|_| ClientError::Timeout {
+                addr: addr.to_owned(),
+                timeout,
+            })?
+            .map_err(|e| ClientError::Connect {
+                addr: addr.to_owned(),
+                reason: e.to_string(),
+            })?;
         let _ = stream.set_nodelay(true);
         Ok(KafkaClient {
             addr: addr.to_owned(),
@@ -66,7 +72,12 @@ impl KafkaClient {
     }
 
     /// Sends one request and returns the response body (after its header).
-    pub async fn request(&mut self, api: ApiKey, version: i16, body: &[u8]) -> Result<Bytes, ClientError> {
+    pub async fn request(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        body: &[u8],
+    ) -> Result<Bytes, ClientError> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         let flexible = match api {
@@ -86,25 +97,39 @@ impl KafkaClient {
         }
         frame.put_slice(body);
         let addr = self.addr.clone();
-        let io = |e: crate::protocol::FrameError| ClientError::Io { addr: addr.clone(), reason: e.to_string() };
+        let io = |e: crate::protocol::FrameError| ClientError::Io {
+            addr: addr.clone(),
+            reason: e.to_string(),
+        };
         let exchange = async {
             self.framed.send(frame.freeze()).await.map_err(io)?;
             match self.framed.next().await {
                 Some(Ok(response)) => Ok(response),
                 Some(Err(e)) => Err(io(e)),
-                None => Err(ClientError::Io { addr: addr.clone(), reason: "connection closed by the server".into() }),
+                None => Err(ClientError::Io {
+                    addr: addr.clone(),
+                    reason: "connection closed by the server".into(),
+                }),
             }
         };
         let response = tokio::time::timeout(self.timeout, exchange)
             .await
-            .map_err(|_| ClientError::Timeout { addr: self.addr.clone(), timeout: self.timeout })??;
-        let decode = |source| ClientError::Decode { addr: self.addr.clone(), source };
+            .map_err(|_| ClientError::Timeout {
+                addr: self.addr.clone(),
+                timeout: self.timeout,
+            })??;
+        let decode = |source| ClientError::Decode {
+            addr: self.addr.clone(),
+            source,
+        };
         let mut r = Reader::new(&response);
         let got = r.i32("correlation id").map_err(decode)?;
         if got != correlation_id {
             return Err(ClientError::Protocol {
                 addr: self.addr.clone(),
-                reason: format!("correlation id {got} does not match the request's {correlation_id}"),
+                reason: format!(
+                    "correlation id {got} does not match the request's {correlation_id}"
+                ),
             });
         }
         if response_header_version(api, version) >= 1 {
@@ -118,14 +143,32 @@ impl KafkaClient {
     pub async fn api_versions(&mut self) -> Result<(i16, DecodedApiVersions), ClientError> {
         let mut version = api_versions::MAX_VERSION;
         loop {
-            let body = if version >= 3 { software_fields() } else { Vec::new() };
+            let body = if version >= 3 {
+                software_fields()
+            } else {
+                Vec::new()
+            };
             let raw = self.request(ApiKey::ApiVersions, version, &body).await?;
             // An UNSUPPORTED_VERSION answer always comes in the v0 layout.
-            let first = Reader::new(&raw).i16("ErrorCode").map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })?;
+            let first =
+                Reader::new(&raw)
+                    .i16("ErrorCode")
+                    .map_err(|source| ClientError::Decode {
+                        addr: self.addr.clone(),
+                        source,
+                    })?;
             if first == crate::protocol::error_codes::UNSUPPORTED_VERSION {
-                let decoded = api_versions::decode_response(0, &raw)
-                    .map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })?;
-                let max = decoded.apis.iter().find(|a| a.api_key == ApiKey::ApiVersions as i16).map(|a| a.max);
+                let decoded = api_versions::decode_response(0, &raw).map_err(|source| {
+                    ClientError::Decode {
+                        addr: self.addr.clone(),
+                        source,
+                    }
+                })?;
+                let max = decoded
+                    .apis
+                    .iter()
+                    .find(|a| a.api_key == ApiKey::ApiVersions as i16)
+                    .map(|a| a.max);
                 match max {
                     Some(m) if m < version => {
                         version = m;
@@ -139,8 +182,12 @@ impl KafkaClient {
                     }
                 }
             }
-            let decoded = api_versions::decode_response(version, &raw)
-                .map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })?;
+            let decoded = api_versions::decode_response(version, &raw).map_err(|source| {
+                ClientError::Decode {
+                    addr: self.addr.clone(),
+                    source,
+                }
+            })?;
             return Ok((version, decoded));
         }
     }
@@ -152,12 +199,17 @@ impl KafkaClient {
         request: &UpdateFeaturesRequest,
     ) -> Result<UpdateFeaturesAnswer, ClientError> {
         let mut body = BytesMut::new();
-        request.encode(&mut body, version).map_err(|e| ClientError::Protocol {
-            addr: self.addr.clone(),
-            reason: format!("cannot encode UpdateFeatures v{version}: {e}"),
-        })?;
+        request
+            .encode(&mut body, version)
+            .map_err(|e| ClientError::Protocol {
+                addr: self.addr.clone(),
+                reason: format!("cannot encode UpdateFeatures v{version}: {e}"),
+            })?;
         let raw = self.request(ApiKey::UpdateFeatures, version, &body).await?;
-        decode_update_features_response(version, &raw).map_err(|source| ClientError::Decode { addr: self.addr.clone(), source })
+        decode_update_features_response(version, &raw).map_err(|source| ClientError::Decode {
+            addr: self.addr.clone(),
+            source,
+        })
     }
 }
 
@@ -178,22 +230,33 @@ fn software_fields() -> Vec<u8> {
 }
 
 /// UpdateFeaturesResponse v0-v2 (flexible in every version).
-pub fn decode_update_features_response(version: i16, raw: &[u8]) -> Result<UpdateFeaturesAnswer, CodecError> {
+pub fn decode_update_features_response(
+    version: i16,
+    raw: &[u8],
+) -> Result<UpdateFeaturesAnswer, CodecError> {
     let mut r = Reader::new(raw);
     r.i32("ThrottleTimeMs")?;
     let error_code = r.i16("ErrorCode")?;
-    let error_message = r.compact_nullable_string("ErrorMessage")?.map(str::to_owned);
+    let error_message = r
+        .compact_nullable_string("ErrorMessage")?
+        .map(str::to_owned);
     let mut results = Vec::new();
     if version < 2 {
         let n = r.array_len(true, 4, "Results")?.unwrap_or(0);
         for _ in 0..n {
             let feature = r.string(true, "Feature")?.to_owned();
             let code = r.i16("ErrorCode")?;
-            let message = r.compact_nullable_string("ErrorMessage")?.map(str::to_owned);
+            let message = r
+                .compact_nullable_string("ErrorMessage")?
+                .map(str::to_owned);
             r.tagged_fields("UpdatableFeatureResult")?;
             results.push((feature, code, message));
         }
     }
     r.tagged_fields("UpdateFeaturesResponse")?;
-    Ok(UpdateFeaturesAnswer { error_code, error_message, results })
+    Ok(UpdateFeaturesAnswer {
+        error_code,
+        error_message,
+        results,
+    })
 }

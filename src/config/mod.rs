@@ -91,7 +91,11 @@ impl<'a> Walker<'a, '_> {
         match self.get(k)? {
             toml::Value::String(s) => Some(s.clone()),
             other => {
-                self.errors.push(format!("{}: expected a string, found {}", self.key(k), other.type_str()));
+                self.errors.push(format!(
+                    "{}: expected a string, found {}",
+                    self.key(k),
+                    other.type_str()
+                ));
                 None
             }
         }
@@ -101,7 +105,11 @@ impl<'a> Walker<'a, '_> {
         match self.get(k)? {
             toml::Value::Boolean(b) => Some(*b),
             other => {
-                self.errors.push(format!("{}: expected true or false, found {}", self.key(k), other.type_str()));
+                self.errors.push(format!(
+                    "{}: expected true or false, found {}",
+                    self.key(k),
+                    other.type_str()
+                ));
                 None
             }
         }
@@ -113,12 +121,16 @@ impl<'a> Walker<'a, '_> {
             toml::Value::Integer(i) => match T::try_from(*i) {
                 Ok(v) => Some(v),
                 Err(_) => {
-                    self.errors.push(format!("{full}: {i} is out of range ({range})"));
+                    self.errors
+                        .push(format!("{full}: {i} is out of range ({range})"));
                     None
                 }
             },
             other => {
-                self.errors.push(format!("{full}: expected an integer, found {}", other.type_str()));
+                self.errors.push(format!(
+                    "{full}: expected an integer, found {}",
+                    other.type_str()
+                ));
                 None
             }
         }
@@ -128,7 +140,11 @@ impl<'a> Walker<'a, '_> {
         match self.get(k)? {
             toml::Value::Table(t) => Some(t),
             other => {
-                self.errors.push(format!("{}: expected a table, found {}", self.key(k), other.type_str()));
+                self.errors.push(format!(
+                    "{}: expected a table, found {}",
+                    self.key(k),
+                    other.type_str()
+                ));
                 None
             }
         }
@@ -143,8 +159,17 @@ impl<'a> Walker<'a, '_> {
     }
 }
 
-fn walker<'a, 'e>(path: &str, table: &'a toml::Table, errors: &'e mut Vec<String>) -> Walker<'a, 'e> {
-    Walker { path: path.to_owned(), table, seen: HashSet::new(), errors }
+fn walker<'a, 'e>(
+    path: &str,
+    table: &'a toml::Table,
+    errors: &'e mut Vec<String>,
+) -> Walker<'a, 'e> {
+    Walker {
+        path: path.to_owned(),
+        table,
+        seen: HashSet::new(),
+        errors,
+    }
 }
 
 fn level(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<i16> {
@@ -152,12 +177,18 @@ fn level(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<i16> {
         toml::Value::Integer(i) => match i16::try_from(*i) {
             Ok(l) if l >= 0 => Some(l),
             _ => {
-                errors.push(format!("{key}: level {i} must be between 0 and {}", i16::MAX));
+                errors.push(format!(
+                    "{key}: level {i} must be between 0 and {}",
+                    i16::MAX
+                ));
                 None
             }
         },
         other => {
-            errors.push(format!("{key}: expected an integer level, found {}", other.type_str()));
+            errors.push(format!(
+                "{key}: expected an integer level, found {}",
+                other.type_str()
+            ));
             None
         }
     }
@@ -174,7 +205,9 @@ fn check_host_port(key: &str, value: &str, errors: &mut Vec<String>) {
 impl Config {
     /// Parses a TOML document, reporting every error at once.
     pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
-        let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
+        let doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
         let mut errors = Vec::new();
         let mut c = Config::default();
         {
@@ -240,7 +273,10 @@ impl Config {
             errors.push(format!("node_id: {} must not be negative", self.node_id));
         }
         if self.max_frame_bytes < 64 {
-            errors.push(format!("max_frame_bytes: {} is too small for any Kafka request", self.max_frame_bytes));
+            errors.push(format!(
+                "max_frame_bytes: {} is too small for any Kafka request",
+                self.max_frame_bytes
+            ));
         }
         if self.max_connections == 0 {
             errors.push("max_connections: must be at least 1".into());
@@ -256,14 +292,18 @@ impl Config {
         for (f, _, req) in self.dependencies.iter() {
             for name in [f, req.feature.as_str()] {
                 if !supported.contains_key(name) {
-                    errors.push(format!("features.dependencies.\"{f}\": {name} is not a supported feature"));
+                    errors.push(format!(
+                        "features.dependencies.\"{f}\": {name} is not a supported feature"
+                    ));
                 }
             }
         }
     }
 
     pub fn supported_features(&self) -> SupportedFeatures {
-        self.supported.clone().unwrap_or_else(kafka::supported_features)
+        self.supported
+            .clone()
+            .unwrap_or_else(kafka::supported_features)
     }
 
     /// Kafka's own dependency rules for the supported features it knows, with the
@@ -296,15 +336,23 @@ fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
                 continue;
             };
             let mut w = walker(&key, range, errors);
-            let min = w.get("min").and_then(|v| level(v, &format!("{key}.min"), w.errors));
-            let max = w.get("max").and_then(|v| level(v, &format!("{key}.max"), w.errors));
+            let min = w
+                .get("min")
+                .and_then(|v| level(v, &format!("{key}.min"), w.errors));
+            let max = w
+                .get("max")
+                .and_then(|v| level(v, &format!("{key}.max"), w.errors));
             w.finish();
             match (min, max) {
                 (Some(min), Some(max)) if min <= max => {
                     out.insert(name.clone(), SupportedRange::new(min, max));
                 }
-                (Some(min), Some(max)) => errors.push(format!("{key}: min {min} is above max {max}")),
-                (None, _) | (_, None) if !range.contains_key("min") || !range.contains_key("max") => {
+                (Some(min), Some(max)) => {
+                    errors.push(format!("{key}: min {min} is above max {max}"))
+                }
+                (None, _) | (_, None)
+                    if !range.contains_key("min") || !range.contains_key("max") =>
+                {
                     errors.push(format!("{key}: both min and max are required"))
                 }
                 _ => {}
@@ -326,17 +374,23 @@ fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
         for (name, v) in t {
             let key = format!("features.dependencies.\"{name}\"");
             let Some(rules) = v.as_array() else {
-                errors.push(format!("{key}: expected a list of {{ level = L, requires = {{ \"feature\" = M }} }}"));
+                errors.push(format!(
+                    "{key}: expected a list of {{ level = L, requires = {{ \"feature\" = M }} }}"
+                ));
                 continue;
             };
             for (i, rule) in rules.iter().enumerate() {
                 let key = format!("{key}[{i}]");
                 let Some(rule) = rule.as_table() else {
-                    errors.push(format!("{key}: expected {{ level = L, requires = {{ ... }} }}"));
+                    errors.push(format!(
+                        "{key}: expected {{ level = L, requires = {{ ... }} }}"
+                    ));
                     continue;
                 };
                 let mut w = walker(&key, rule, errors);
-                let from = w.get("level").and_then(|v| level(v, &format!("{key}.level"), w.errors));
+                let from = w
+                    .get("level")
+                    .and_then(|v| level(v, &format!("{key}.level"), w.errors));
                 let requires = w.table("requires");
                 w.finish();
                 let (Some(from), Some(requires)) = (from, requires) else {
@@ -344,8 +398,17 @@ fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
                     continue;
                 };
                 for (dep, min) in requires {
-                    if let Some(min_level) = level(min, &format!("{key}.requires.\"{dep}\""), errors) {
-                        c.dependencies.add(name, from, Requirement { feature: dep.clone(), min_level });
+                    if let Some(min_level) =
+                        level(min, &format!("{key}.requires.\"{dep}\""), errors)
+                    {
+                        c.dependencies.add(
+                            name,
+                            from,
+                            Requirement {
+                                feature: dep.clone(),
+                                min_level,
+                            },
+                        );
                     }
                 }
             }
@@ -383,7 +446,12 @@ mod tests {
         assert_eq!(c.node_id, 3);
         assert!(!c.draft_tags);
         assert_eq!(c.supported_features().len(), 2);
-        assert_eq!(c.effective_dependencies().requirements("acme.widgets", 3).len(), 1);
+        assert_eq!(
+            c.effective_dependencies()
+                .requirements("acme.widgets", 3)
+                .len(),
+            1
+        );
         assert!(c.alter_cluster.unwrap().contains("User:admin"));
     }
 

@@ -6,8 +6,8 @@
 //! store. Knows no wire format.
 
 use crate::features::{
-    incompatibilities, plan_update, Dependencies, FeatureSnapshot, FeatureUpdate, FinalizedFeatures, Incompatibility,
-    SupportedFeatures, Supporter, UpdatePlan, UpdateRejection,
+    incompatibilities, plan_update, Dependencies, FeatureSnapshot, FeatureUpdate,
+    FinalizedFeatures, Incompatibility, SupportedFeatures, Supporter, UpdatePlan, UpdateRejection,
 };
 use crate::protocol::error_codes;
 use crate::store::{FeatureStore, StoreError, StoredState};
@@ -29,7 +29,11 @@ pub enum ControllerError {
 }
 
 fn list(items: &[Incompatibility]) -> String {
-    items.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// What the controller starts from.
@@ -57,7 +61,10 @@ pub struct FeatureController {
 impl FeatureController {
     /// Loads the stored state, or bootstraps it on first start, and refuses to run
     /// when a stored level lies outside what this instance supports.
-    pub fn open(store: Arc<dyn FeatureStore>, settings: ControllerSettings) -> Result<FeatureController, ControllerError> {
+    pub fn open(
+        store: Arc<dyn FeatureStore>,
+        settings: ControllerSettings,
+    ) -> Result<FeatureController, ControllerError> {
         let finalized_and_id = match store.load()? {
             Some(stored) => {
                 if let Some(configured) = &settings.cluster_id {
@@ -77,9 +84,16 @@ impl FeatureController {
             None => {
                 let levels = bootstrap_levels(&settings)?;
                 let cluster_id = settings.cluster_id.clone().unwrap_or_else(new_cluster_id);
-                let state = StoredState { cluster_id, finalized: FinalizedFeatures { epoch: 0, levels } };
+                let state = StoredState {
+                    cluster_id,
+                    finalized: FinalizedFeatures { epoch: 0, levels },
+                };
                 store.save(&state)?;
-                tracing::info!(epoch = 0, "bootstrapped finalized features: {:?}", state.finalized.levels);
+                tracing::info!(
+                    epoch = 0,
+                    "bootstrapped finalized features: {:?}",
+                    state.finalized.levels
+                );
                 (state.finalized, state.cluster_id)
             }
         };
@@ -91,7 +105,10 @@ impl FeatureController {
         Ok(FeatureController {
             node_id: settings.node_id,
             cluster_id,
-            snapshot: ArcSwap::from_pointee(FeatureSnapshot { supported: settings.supported, finalized }),
+            snapshot: ArcSwap::from_pointee(FeatureSnapshot {
+                supported: settings.supported,
+                finalized,
+            }),
             supporters,
             dependencies: settings.dependencies,
             store,
@@ -120,18 +137,31 @@ impl FeatureController {
         validate_only: bool,
         timeout: Duration,
     ) -> Result<UpdatePlan, UpdateRejection> {
-        let _turn = tokio::time::timeout(timeout, self.update_lock.lock()).await.map_err(|_| UpdateRejection {
-            feature: None,
-            code: error_codes::REQUEST_TIMED_OUT,
-            message: format!("Timed out after {} ms waiting for another feature update to finish.", timeout.as_millis()),
-        })?;
+        let _turn = tokio::time::timeout(timeout, self.update_lock.lock())
+            .await
+            .map_err(|_| UpdateRejection {
+                feature: None,
+                code: error_codes::REQUEST_TIMED_OUT,
+                message: format!(
+                    "Timed out after {} ms waiting for another feature update to finish.",
+                    timeout.as_millis()
+                ),
+            })?;
         let current = self.snapshot.load_full();
-        let plan = plan_update(&current.finalized, &self.supporters, &self.dependencies, &updates)?;
+        let plan = plan_update(
+            &current.finalized,
+            &self.supporters,
+            &self.dependencies,
+            &updates,
+        )?;
         if validate_only || plan.changes.is_empty() {
             return Ok(plan);
         }
         let next = current.finalized.with_levels(&plan.changes);
-        let state = StoredState { cluster_id: self.cluster_id.clone(), finalized: next.clone() };
+        let state = StoredState {
+            cluster_id: self.cluster_id.clone(),
+            finalized: next.clone(),
+        };
         let store = Arc::clone(&self.store);
         let saved = tokio::task::spawn_blocking(move || store.save(&state)).await;
         let failure = match saved {
@@ -144,25 +174,41 @@ impl FeatureController {
             return Err(UpdateRejection {
                 feature: None,
                 code: error_codes::FEATURE_UPDATE_FAILED,
-                message: "Unable to update finalized features due to an unexpected server error.".to_owned(),
+                message: "Unable to update finalized features due to an unexpected server error."
+                    .to_owned(),
             });
         }
-        tracing::info!(epoch = next.epoch, "finalized features changed: {:?}", plan.changes);
-        self.snapshot.store(Arc::new(FeatureSnapshot { supported: current.supported.clone(), finalized: next }));
+        tracing::info!(
+            epoch = next.epoch,
+            "finalized features changed: {:?}",
+            plan.changes
+        );
+        self.snapshot.store(Arc::new(FeatureSnapshot {
+            supported: current.supported.clone(),
+            finalized: next,
+        }));
         Ok(plan)
     }
 }
 
-fn bootstrap_levels(settings: &ControllerSettings) -> Result<BTreeMap<String, i16>, ControllerError> {
+fn bootstrap_levels(
+    settings: &ControllerSettings,
+) -> Result<BTreeMap<String, i16>, ControllerError> {
     let levels: BTreeMap<String, i16> = match &settings.bootstrap {
         Some(levels) => levels.clone(),
-        None => settings.supported.iter().map(|(name, r)| (name.clone(), r.max)).collect(),
+        None => settings
+            .supported
+            .iter()
+            .map(|(name, r)| (name.clone(), r.max))
+            .collect(),
     };
     let mut problems = Vec::new();
     for (name, &level) in &levels {
         match settings.supported.get(name) {
             None => problems.push(format!("{name} is not a supported feature")),
-            Some(r) if !r.contains(level) => problems.push(format!("{name}={level} is outside the supported range {r}")),
+            Some(r) if !r.contains(level) => {
+                problems.push(format!("{name}={level} is outside the supported range {r}"))
+            }
             Some(_) => {}
         }
         let proposed = |f: &str| levels.get(f).copied().unwrap_or(0);
@@ -213,7 +259,10 @@ mod tests {
         }
     }
 
-    fn open(dir: &std::path::Path, s: ControllerSettings) -> Result<FeatureController, ControllerError> {
+    fn open(
+        dir: &std::path::Path,
+        s: ControllerSettings,
+    ) -> Result<FeatureController, ControllerError> {
         FeatureController::open(Arc::new(FileStore::open(dir).unwrap()), s)
     }
 
@@ -226,10 +275,22 @@ mod tests {
         assert_eq!(snap.finalized.epoch, 0);
         assert_eq!(snap.finalized.level("metadata.version"), 27);
         assert_eq!(snap.finalized.level("transaction.version"), 2);
-        let update = FeatureUpdate { name: "transaction.version".into(), level: 1, upgrade_type: UpgradeType::SafeDowngrade };
-        c.update(vec![update.clone()], true, Duration::from_secs(1)).await.unwrap();
-        assert_eq!(c.snapshot().finalized.epoch, 0, "validate-only changes nothing");
-        c.update(vec![update], false, Duration::from_secs(1)).await.unwrap();
+        let update = FeatureUpdate {
+            name: "transaction.version".into(),
+            level: 1,
+            upgrade_type: UpgradeType::SafeDowngrade,
+        };
+        c.update(vec![update.clone()], true, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(
+            c.snapshot().finalized.epoch,
+            0,
+            "validate-only changes nothing"
+        );
+        c.update(vec![update], false, Duration::from_secs(1))
+            .await
+            .unwrap();
         assert_eq!(c.snapshot().finalized.epoch, 1);
         let id = c.cluster_id().to_owned();
         drop(c);
@@ -244,9 +305,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         drop(open(dir.path(), settings()).unwrap());
         let mut narrower = settings();
-        narrower.supported.insert("transaction.version".into(), SupportedRange::new(0, 1));
+        narrower
+            .supported
+            .insert("transaction.version".into(), SupportedRange::new(0, 1));
         let err = open(dir.path(), narrower).err().unwrap().to_string();
-        assert!(err.contains("transaction.version is finalized at level 2"), "{err}");
+        assert!(
+            err.contains("transaction.version is finalized at level 2"),
+            "{err}"
+        );
         assert!(err.contains("supports only 0-1"), "{err}");
     }
 
@@ -256,7 +322,10 @@ mod tests {
         let mut s = settings();
         s.bootstrap = Some([("group.version".to_owned(), 3), ("nope".to_owned(), 1)].into());
         let err = open(dir.path(), s).err().unwrap().to_string();
-        assert!(err.contains("group.version=3 is outside") && err.contains("nope is not a supported"), "{err}");
+        assert!(
+            err.contains("group.version=3 is outside") && err.contains("nope is not a supported"),
+            "{err}"
+        );
     }
 
     #[tokio::test]
@@ -264,7 +333,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = open(dir.path(), settings()).unwrap();
         let _held = c.update_lock.lock().await;
-        let err = c.update(vec![], false, Duration::from_millis(20)).await.unwrap_err();
+        let err = c
+            .update(vec![], false, Duration::from_millis(20))
+            .await
+            .unwrap_err();
         assert_eq!(err.code, error_codes::REQUEST_TIMED_OUT);
     }
 }

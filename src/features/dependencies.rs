@@ -19,7 +19,12 @@ pub struct Dependencies {
 
 impl Dependencies {
     pub fn add(&mut self, feature: &str, from_level: i16, requirement: Requirement) {
-        self.rules.entry(feature.to_owned()).or_default().entry(from_level).or_default().push(requirement);
+        self.rules
+            .entry(feature.to_owned())
+            .or_default()
+            .entry(from_level)
+            .or_default()
+            .push(requirement);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -29,7 +34,9 @@ impl Dependencies {
     /// Every (feature, from level, requirement) declared.
     pub fn iter(&self) -> impl Iterator<Item = (&str, i16, &Requirement)> {
         self.rules.iter().flat_map(|(f, levels)| {
-            levels.iter().flat_map(move |(l, reqs)| reqs.iter().map(move |r| (f.as_str(), *l, r)))
+            levels
+                .iter()
+                .flat_map(move |(l, reqs)| reqs.iter().map(move |r| (f.as_str(), *l, r)))
         })
     }
 
@@ -37,7 +44,10 @@ impl Dependencies {
     pub fn requirements(&self, feature: &str, level: i16) -> Vec<&Requirement> {
         match self.rules.get(feature) {
             None => Vec::new(),
-            Some(levels) => levels.range(..=level).flat_map(|(_, reqs)| reqs.iter()).collect(),
+            Some(levels) => levels
+                .range(..=level)
+                .flat_map(|(_, reqs)| reqs.iter())
+                .collect(),
         }
     }
 
@@ -52,19 +62,26 @@ impl Dependencies {
 
     /// The first requirement that the proposed levels leave unmet, as the message
     /// Kafka gives for it.
-    pub fn unmet(&self, feature: &str, level: i16, proposed: &dyn Fn(&str) -> i16) -> Option<String> {
+    pub fn unmet(
+        &self,
+        feature: &str,
+        level: i16,
+        proposed: &dyn Fn(&str) -> i16,
+    ) -> Option<String> {
         if level == 0 {
             return None;
         }
-        self.requirements(feature, level).into_iter().find_map(|req| {
-            let have = proposed(&req.feature);
-            (have < req.min_level).then(|| {
-                format!(
-                    "{feature} could not be set to {level} because it depends on {} level {}",
-                    req.feature, req.min_level
-                )
+        self.requirements(feature, level)
+            .into_iter()
+            .find_map(|req| {
+                let have = proposed(&req.feature);
+                (have < req.min_level).then(|| {
+                    format!(
+                        "{feature} could not be set to {level} because it depends on {} level {}",
+                        req.feature, req.min_level
+                    )
+                })
             })
-        })
     }
 }
 
@@ -74,8 +91,22 @@ mod tests {
 
     fn deps() -> Dependencies {
         let mut d = Dependencies::default();
-        d.add("g", 1, Requirement { feature: "m".into(), min_level: 22 });
-        d.add("g", 3, Requirement { feature: "m".into(), min_level: 25 });
+        d.add(
+            "g",
+            1,
+            Requirement {
+                feature: "m".into(),
+                min_level: 22,
+            },
+        );
+        d.add(
+            "g",
+            3,
+            Requirement {
+                feature: "m".into(),
+                min_level: 25,
+            },
+        );
         d
     }
 
@@ -94,7 +125,10 @@ mod tests {
         let d = deps();
         assert_eq!(d.unmet("g", 1, &|_| 22), None);
         let msg = d.unmet("g", 3, &|_| 24).unwrap();
-        assert_eq!(msg, "g could not be set to 3 because it depends on m level 25");
+        assert_eq!(
+            msg,
+            "g could not be set to 3 because it depends on m level 25"
+        );
         assert_eq!(d.unmet("g", 0, &|_| 0), None);
     }
 }

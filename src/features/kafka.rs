@@ -39,7 +39,10 @@ pub const METADATA_VERSION_LATEST_PRODUCTION: i16 = 27;
 
 /// The release name of a metadata.version level, as FeatureCommand prints it.
 pub fn metadata_version_name(level: i16) -> Option<&'static str> {
-    METADATA_VERSIONS.iter().find(|(l, _, _)| *l == level).map(|(_, name, _)| *name)
+    METADATA_VERSIONS
+        .iter()
+        .find(|(l, _, _)| *l == level)
+        .map(|(_, name, _)| *name)
 }
 
 /// The level of a release name such as "3.9-IV0" (or "3.9", meaning its latest).
@@ -57,7 +60,9 @@ pub fn metadata_version_level(name: &str) -> Option<i16> {
 /// Whether going from `from` down to `to` crosses a level that changed the
 /// metadata format (MetadataVersion.checkIfMetadataChanged).
 pub fn metadata_changed_between(to: i16, from: i16) -> bool {
-    METADATA_VERSIONS.iter().any(|(level, _, changed)| *level > to && *level <= from && *changed)
+    METADATA_VERSIONS
+        .iter()
+        .any(|(level, _, changed)| *level > to && *level <= from && *changed)
 }
 
 /// The features a Kafka 4.1 broker supports.
@@ -66,7 +71,11 @@ pub fn supported_features() -> SupportedFeatures {
         ("eligible.leader.replicas.version", 0, 1),
         ("group.version", 0, 1),
         ("kraft.version", 0, 1),
-        (METADATA_VERSION, METADATA_VERSION_MIN, METADATA_VERSION_LATEST_PRODUCTION),
+        (
+            METADATA_VERSION,
+            METADATA_VERSION_MIN,
+            METADATA_VERSION_LATEST_PRODUCTION,
+        ),
         ("share.version", 0, 1),
         ("transaction.version", 0, 2),
     ]
@@ -83,7 +92,10 @@ pub fn dependencies() -> Dependencies {
     d.add(
         "eligible.leader.replicas.version",
         1,
-        Requirement { feature: METADATA_VERSION.to_owned(), min_level: 23 },
+        Requirement {
+            feature: METADATA_VERSION.to_owned(),
+            min_level: 23,
+        },
     );
     d
 }

@@ -71,7 +71,10 @@ impl FinalizedFeatures {
                 next.insert(name.clone(), level);
             }
         }
-        FinalizedFeatures { epoch: self.epoch + 1, levels: next }
+        FinalizedFeatures {
+            epoch: self.epoch + 1,
+            levels: next,
+        }
     }
 }
 
@@ -108,7 +111,10 @@ impl fmt::Display for Incompatibility {
 }
 
 /// Every finalized level that `supported` cannot run.
-pub fn incompatibilities(supported: &SupportedFeatures, finalized: &FinalizedFeatures) -> Vec<Incompatibility> {
+pub fn incompatibilities(
+    supported: &SupportedFeatures,
+    finalized: &FinalizedFeatures,
+) -> Vec<Incompatibility> {
     finalized
         .levels
         .iter()
@@ -127,16 +133,25 @@ mod tests {
 
     #[test]
     fn with_levels_drops_disabled_features_and_moves_the_epoch() {
-        let f = FinalizedFeatures { epoch: 3, levels: [("a".into(), 1), ("b".into(), 2)].into() };
+        let f = FinalizedFeatures {
+            epoch: 3,
+            levels: [("a".into(), 1), ("b".into(), 2)].into(),
+        };
         let next = f.with_levels(&[("a".into(), 0), ("c".into(), 4)].into());
         assert_eq!(next.epoch, 4);
-        assert_eq!(next.levels, [("b".to_owned(), 2), ("c".to_owned(), 4)].into());
+        assert_eq!(
+            next.levels,
+            [("b".to_owned(), 2), ("c".to_owned(), 4)].into()
+        );
     }
 
     #[test]
     fn incompatibilities_name_the_feature_and_both_ranges() {
         let supported: SupportedFeatures = [("a".into(), SupportedRange::new(1, 2))].into();
-        let f = FinalizedFeatures { epoch: 1, levels: [("a".into(), 3), ("z".into(), 1)].into() };
+        let f = FinalizedFeatures {
+            epoch: 1,
+            levels: [("a".into(), 3), ("z".into(), 1)].into(),
+        };
         let found = incompatibilities(&supported, &f);
         assert_eq!(found.len(), 2);
         assert!(found[0].to_string().contains("supports only 1-2"));

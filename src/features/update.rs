@@ -7,7 +7,8 @@
 //! request and nothing applies.
 
 use super::kafka::{
-    metadata_changed_between, KRAFT_VERSION, METADATA_VERSION, METADATA_VERSIONS, METADATA_VERSION_MIN,
+    metadata_changed_between, KRAFT_VERSION, METADATA_VERSION, METADATA_VERSIONS,
+    METADATA_VERSION_MIN,
 };
 use super::{Dependencies, FinalizedFeatures, SupportedFeatures};
 use crate::protocol::error_codes;
@@ -116,7 +117,10 @@ pub fn plan_update(
         return Err(UpdateRejection {
             feature: Some(dup.name.clone()),
             code: error_codes::INVALID_REQUEST,
-            message: format!("Feature {} appears more than once in the request.", dup.name),
+            message: format!(
+                "Feature {} appears more than once in the request.",
+                dup.name
+            ),
         });
     }
 
@@ -147,10 +151,18 @@ fn check_one(
     let current_level = current.level(name);
     let upgrade_type = u.upgrade_type.resolve(current_level, level);
     if let UpgradeType::Unknown(_) = upgrade_type {
-        return Err(invalid_update(name, level, "The controller does not support the given upgrade type."));
+        return Err(invalid_update(
+            name,
+            level,
+            "The controller does not support the given upgrade type.",
+        ));
     }
     if level < 0 {
-        return Err(invalid_update(name, level, "A feature version cannot be less than 0."));
+        return Err(invalid_update(
+            name,
+            level,
+            "A feature version cannot be less than 0.",
+        ));
     }
     if let Some(reason) = reason_not_supported(supporters, name, level) {
         return Err(invalid_update(name, level, &reason));
@@ -163,19 +175,31 @@ fn check_one(
         ));
     }
     if level > current_level && upgrade_type != UpgradeType::Upgrade {
-        return Err(invalid_update(name, level, "Can't downgrade to a newer version."));
+        return Err(invalid_update(
+            name,
+            level,
+            "Can't downgrade to a newer version.",
+        ));
     }
     if name == METADATA_VERSION {
         return check_metadata_version(current_level, level, upgrade_type);
     }
     // kraft.version moves only forward: in Kafka the Raft layer itself upgrades it.
     if name == KRAFT_VERSION && upgrade_type != UpgradeType::Upgrade && level != current_level {
-        return Err(invalid_update(name, level, "Can't downgrade the version of this feature."));
+        return Err(invalid_update(
+            name,
+            level,
+            "Can't downgrade the version of this feature.",
+        ));
     }
     // A feature no supporter knows can still be "disabled" past the range check
     // (level 0 is in everyone's range), but there is nothing to disable.
     if supporters.iter().all(|s| !s.features.contains_key(name)) {
-        return Err(invalid_update(name, level, &format!("Feature {name} not found.")));
+        return Err(invalid_update(
+            name,
+            level,
+            &format!("Feature {name} not found."),
+        ));
     }
     if let Some(reason) = dependencies.unmet(name, level, proposed) {
         return Err(invalid_update(name, level, &reason));
@@ -194,8 +218,14 @@ fn invalid_metadata_version(level: i16, reason: &str) -> UpdateRejection {
 /// metadata.version carries the metadata format itself: it must be a known level,
 /// and a downgrade that crosses a format change is refused (4.1 supports no unsafe
 /// metadata downgrade at all).
-fn check_metadata_version(current: i16, level: i16, upgrade_type: UpgradeType) -> Result<(), UpdateRejection> {
-    let highest = METADATA_VERSIONS.last().map_or(METADATA_VERSION_MIN, |(l, _, _)| *l);
+fn check_metadata_version(
+    current: i16,
+    level: i16,
+    upgrade_type: UpgradeType,
+) -> Result<(), UpdateRejection> {
+    let highest = METADATA_VERSIONS
+        .last()
+        .map_or(METADATA_VERSION_MIN, |(l, _, _)| *l);
     if !(METADATA_VERSION_MIN..=highest).contains(&level) {
         return Err(invalid_metadata_version(
             level,
@@ -239,12 +269,19 @@ mod tests {
             ]
             .into(),
         };
-        let supporters = vec![Supporter { label: "Local controller 1".into(), features: kafka::supported_features() }];
+        let supporters = vec![Supporter {
+            label: "Local controller 1".into(),
+            features: kafka::supported_features(),
+        }];
         (finalized, supporters, kafka::dependencies())
     }
 
     fn upd(name: &str, level: i16, t: UpgradeType) -> FeatureUpdate {
-        FeatureUpdate { name: name.into(), level, upgrade_type: t }
+        FeatureUpdate {
+            name: name.into(),
+            level,
+            upgrade_type: t,
+        }
     }
 
     fn reject(updates: &[FeatureUpdate]) -> UpdateRejection {
@@ -255,14 +292,16 @@ mod tests {
     #[test]
     fn upgrade_within_range_is_planned() {
         let (f, s, d) = kafka_like();
-        let plan = plan_update(&f, &s, &d, &[upd("share.version", 1, UpgradeType::Upgrade)]).unwrap();
+        let plan =
+            plan_update(&f, &s, &d, &[upd("share.version", 1, UpgradeType::Upgrade)]).unwrap();
         assert_eq!(plan.changes, [("share.version".to_owned(), 1)].into());
     }
 
     #[test]
     fn same_level_is_a_no_op() {
         let (f, s, d) = kafka_like();
-        let plan = plan_update(&f, &s, &d, &[upd("group.version", 1, UpgradeType::Upgrade)]).unwrap();
+        let plan =
+            plan_update(&f, &s, &d, &[upd("group.version", 1, UpgradeType::Upgrade)]).unwrap();
         assert!(plan.changes.is_empty());
     }
 
@@ -284,15 +323,30 @@ mod tests {
             "Invalid update version 1 for feature no.such.feature. Local controller 1 does not support this feature."
         );
         let r = reject(&[upd("no.such.feature", 0, UpgradeType::SafeDowngrade)]);
-        assert!(r.message.ends_with("Feature no.such.feature not found."), "{}", r.message);
+        assert!(
+            r.message.ends_with("Feature no.such.feature not found."),
+            "{}",
+            r.message
+        );
     }
 
     #[test]
     fn kraft_version_cannot_go_down() {
         let (mut f, s, d) = kafka_like();
         f.levels.insert("kraft.version".into(), 1);
-        let r = plan_update(&f, &s, &d, &[upd("kraft.version", 0, UpgradeType::SafeDowngrade)]).unwrap_err();
-        assert!(r.message.ends_with("Can't downgrade the version of this feature."), "{}", r.message);
+        let r = plan_update(
+            &f,
+            &s,
+            &d,
+            &[upd("kraft.version", 0, UpgradeType::SafeDowngrade)],
+        )
+        .unwrap_err();
+        assert!(
+            r.message
+                .ends_with("Can't downgrade the version of this feature."),
+            "{}",
+            r.message
+        );
     }
 
     #[test]
@@ -311,27 +365,49 @@ mod tests {
     #[test]
     fn v0_allow_downgrade_permits_both_directions() {
         let (f, s, d) = kafka_like();
-        let down = plan_update(&f, &s, &d, &[upd("group.version", 0, UpgradeType::AllowDowngrade)]).unwrap();
+        let down = plan_update(
+            &f,
+            &s,
+            &d,
+            &[upd("group.version", 0, UpgradeType::AllowDowngrade)],
+        )
+        .unwrap();
         assert_eq!(down.changes, [("group.version".to_owned(), 0)].into());
-        let up = plan_update(&f, &s, &d, &[upd("share.version", 1, UpgradeType::AllowDowngrade)]).unwrap();
+        let up = plan_update(
+            &f,
+            &s,
+            &d,
+            &[upd("share.version", 1, UpgradeType::AllowDowngrade)],
+        )
+        .unwrap();
         assert_eq!(up.changes, [("share.version".to_owned(), 1)].into());
     }
 
     #[test]
     fn unknown_upgrade_type_and_negative_levels_fail() {
-        assert!(reject(&[upd("group.version", 1, UpgradeType::Unknown(0))]).message.contains("upgrade type"));
-        assert!(reject(&[upd("group.version", -1, UpgradeType::Upgrade)]).message.contains("less than 0"));
+        assert!(reject(&[upd("group.version", 1, UpgradeType::Unknown(0))])
+            .message
+            .contains("upgrade type"));
+        assert!(reject(&[upd("group.version", -1, UpgradeType::Upgrade)])
+            .message
+            .contains("less than 0"));
     }
 
     #[test]
     fn duplicates_are_an_invalid_request() {
-        let r = reject(&[upd("group.version", 1, UpgradeType::Upgrade), upd("group.version", 0, UpgradeType::SafeDowngrade)]);
+        let r = reject(&[
+            upd("group.version", 1, UpgradeType::Upgrade),
+            upd("group.version", 0, UpgradeType::SafeDowngrade),
+        ]);
         assert_eq!(r.code, error_codes::INVALID_REQUEST);
     }
 
     #[test]
     fn first_failure_rejects_the_whole_request() {
-        let r = reject(&[upd("share.version", 1, UpgradeType::Upgrade), upd("group.version", 5, UpgradeType::Upgrade)]);
+        let r = reject(&[
+            upd("share.version", 1, UpgradeType::Upgrade),
+            upd("group.version", 5, UpgradeType::Upgrade),
+        ]);
         assert_eq!(r.feature.as_deref(), Some("group.version"));
     }
 
@@ -345,9 +421,20 @@ mod tests {
         let r = reject(&[upd("metadata.version", 22, UpgradeType::UnsafeDowngrade)]);
         assert_eq!(r.message, "Invalid metadata.version 22. Unsafe metadata downgrade is not supported in this version.");
         let r = reject(&[upd("metadata.version", 0, UpgradeType::SafeDowngrade)]);
-        assert!(r.message.ends_with("Local controller 1 only supports versions 7-27"), "{}", r.message);
+        assert!(
+            r.message
+                .ends_with("Local controller 1 only supports versions 7-27"),
+            "{}",
+            r.message
+        );
         let (f, s, d) = kafka_like();
-        let plan = plan_update(&f, &s, &d, &[upd("metadata.version", 26, UpgradeType::SafeDowngrade)]).unwrap();
+        let plan = plan_update(
+            &f,
+            &s,
+            &d,
+            &[upd("metadata.version", 26, UpgradeType::SafeDowngrade)],
+        )
+        .unwrap();
         assert_eq!(plan.changes, [("metadata.version".to_owned(), 26)].into());
     }
 
@@ -362,7 +449,15 @@ mod tests {
             "Invalid update version 1 for feature eligible.leader.replicas.version. \
              eligible.leader.replicas.version could not be set to 1 because it depends on metadata.version level 23"
         );
-        let ok = plan_update(&f, &s, &d, &[upd("metadata.version", 23, UpgradeType::Upgrade), upd(elr, 1, UpgradeType::Upgrade)]);
+        let ok = plan_update(
+            &f,
+            &s,
+            &d,
+            &[
+                upd("metadata.version", 23, UpgradeType::Upgrade),
+                upd(elr, 1, UpgradeType::Upgrade),
+            ],
+        );
         assert!(ok.is_ok());
     }
 }

@@ -4,8 +4,8 @@
 use super::{Context, HandlerError};
 use crate::features::FeatureSnapshot;
 use crate::protocol::api_versions::{
-    invalid_request_body, is_valid_client_software, parse_request, success_body, unsupported_version_body, ApiRange,
-    ClientSoftware, MAX_VERSION,
+    invalid_request_body, is_valid_client_software, parse_request, success_body,
+    unsupported_version_body, ApiRange, ClientSoftware, MAX_VERSION,
 };
 use crate::protocol::response::{frame_with_body, EncodeError};
 use crate::protocol::{HeaderPeek, RequestFrame};
@@ -16,10 +16,26 @@ use std::sync::Arc;
 
 /// The APIs a standalone kshim answers, with the versions it handles.
 pub const STANDALONE_APIS: &[ApiRange] = &[
-    ApiRange { api_key: ApiKey::Metadata as i16, min: 0, max: 13 },
-    ApiRange { api_key: ApiKey::ApiVersions as i16, min: 0, max: MAX_VERSION },
-    ApiRange { api_key: ApiKey::UpdateFeatures as i16, min: 0, max: 2 },
-    ApiRange { api_key: ApiKey::DescribeCluster as i16, min: 0, max: 2 },
+    ApiRange {
+        api_key: ApiKey::Metadata as i16,
+        min: 0,
+        max: 13,
+    },
+    ApiRange {
+        api_key: ApiKey::ApiVersions as i16,
+        min: 0,
+        max: MAX_VERSION,
+    },
+    ApiRange {
+        api_key: ApiKey::UpdateFeatures as i16,
+        min: 0,
+        max: 2,
+    },
+    ApiRange {
+        api_key: ApiKey::DescribeCluster as i16,
+        min: 0,
+        max: 2,
+    },
 ];
 
 /// Encoded answer bodies for one snapshot: per version, without and with the
@@ -37,9 +53,17 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    pub fn new(apis: Vec<ApiRange>, draft_tags: bool, snapshot: Arc<FeatureSnapshot>) -> Result<Discovery, EncodeError> {
+    pub fn new(
+        apis: Vec<ApiRange>,
+        draft_tags: bool,
+        snapshot: Arc<FeatureSnapshot>,
+    ) -> Result<Discovery, EncodeError> {
         let answers = build(&apis, snapshot)?;
-        Ok(Discovery { apis, draft_tags, answers: ArcSwap::from_pointee(answers) })
+        Ok(Discovery {
+            apis,
+            draft_tags,
+            answers: ArcSwap::from_pointee(answers),
+        })
     }
 
     pub fn apis(&self) -> &[ApiRange] {
@@ -48,7 +72,12 @@ impl Discovery {
 
     /// The answer body for `version` and `snapshot`, rebuilding the cache when the
     /// snapshot has moved on since it was built.
-    fn body(&self, version: i16, snapshot: Arc<FeatureSnapshot>, with_draft: bool) -> Result<Bytes, EncodeError> {
+    fn body(
+        &self,
+        version: i16,
+        snapshot: Arc<FeatureSnapshot>,
+        with_draft: bool,
+    ) -> Result<Bytes, EncodeError> {
         let mut answers = self.answers.load_full();
         if !Arc::ptr_eq(&answers.snapshot, &snapshot) {
             let fresh = Arc::new(build(&self.apis, snapshot)?);
@@ -62,7 +91,10 @@ impl Discovery {
 fn build(apis: &[ApiRange], snapshot: Arc<FeatureSnapshot>) -> Result<Answers, EncodeError> {
     let mut bodies = Vec::new();
     for version in 0..=MAX_VERSION {
-        bodies.push([success_body(version, apis, &snapshot, false)?, success_body(version, apis, &snapshot, true)?]);
+        bodies.push([
+            success_body(version, apis, &snapshot, false)?,
+            success_body(version, apis, &snapshot, true)?,
+        ]);
     }
     Ok(Answers { snapshot, bodies })
 }
@@ -94,26 +126,47 @@ fn librdkafka_version(software: &ClientSoftware) -> Option<&str> {
 
 /// "2.0.2" -> (2, 0, 2); missing or non-numeric parts count as 0.
 fn version_triple(version: &str) -> (u32, u32, u32) {
-    let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse().unwrap_or(0));
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
 }
 
 pub fn handle(ctx: &Context, frame: Bytes) -> Result<Bytes, HandlerError> {
     let api = ApiKey::ApiVersions;
     let peek = HeaderPeek::parse(&frame).map_err(HandlerError::malformed(api, 0))?;
     if !(0..=MAX_VERSION).contains(&peek.api_version) {
-        return Ok(frame_with_body(api, 0, peek.correlation_id, &unsupported_version_body()));
+        return Ok(frame_with_body(
+            api,
+            0,
+            peek.correlation_id,
+            &unsupported_version_body(),
+        ));
     }
     let version = peek.api_version;
     let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, version))?;
-    let software = parse_request(version, request.body()).map_err(HandlerError::malformed(api, version))?;
+    let software =
+        parse_request(version, request.body()).map_err(HandlerError::malformed(api, version))?;
     if let Some(s) = &software {
         if !is_valid_client_software(s) {
             tracing::debug!(name = %s.name, version = %s.version, "ApiVersions with invalid client software fields");
-            return Ok(frame_with_body(api, version, peek.correlation_id, &invalid_request_body(version)?));
+            return Ok(frame_with_body(
+                api,
+                version,
+                peek.correlation_id,
+                &invalid_request_body(version)?,
+            ));
         }
     }
-    let body = ctx.discovery.body(version, ctx.controller.snapshot(), tolerates_draft_tags(software.as_ref()))?;
+    let body = ctx.discovery.body(
+        version,
+        ctx.controller.snapshot(),
+        tolerates_draft_tags(software.as_ref()),
+    )?;
     Ok(frame_with_body(api, version, peek.correlation_id, &body))
 }
 
@@ -122,7 +175,10 @@ mod tests {
     use super::*;
 
     fn sw(name: &str, version: &str) -> ClientSoftware {
-        ClientSoftware { name: name.into(), version: version.into() }
+        ClientSoftware {
+            name: name.into(),
+            version: version.into(),
+        }
     }
 
     #[test]
@@ -132,10 +188,22 @@ mod tests {
         assert!(!tolerates_draft_tags(Some(&sw("librdkafka", "2.1.1"))));
         assert!(tolerates_draft_tags(Some(&sw("librdkafka", "2.2.0"))));
         assert!(tolerates_draft_tags(Some(&sw("librdkafka", "2.12.1"))));
-        assert!(tolerates_draft_tags(Some(&sw("apache-kafka-java", "4.1.1"))));
-        assert!(tolerates_draft_tags(Some(&sw("confluent-kafka-python", "2.16.1-rdkafka-2.16.0"))));
-        assert!(!tolerates_draft_tags(Some(&sw("confluent-kafka-python", "1.9.2-rdkafka-1.9.2"))));
-        assert!(!tolerates_draft_tags(Some(&sw("karafka", "v2.0.0-rdkafka-ruby-v0.12.0-librdkafka-v2.0.2"))));
+        assert!(tolerates_draft_tags(Some(&sw(
+            "apache-kafka-java",
+            "4.1.1"
+        ))));
+        assert!(tolerates_draft_tags(Some(&sw(
+            "confluent-kafka-python",
+            "2.16.1-rdkafka-2.16.0"
+        ))));
+        assert!(!tolerates_draft_tags(Some(&sw(
+            "confluent-kafka-python",
+            "1.9.2-rdkafka-1.9.2"
+        ))));
+        assert!(!tolerates_draft_tags(Some(&sw(
+            "karafka",
+            "v2.0.0-rdkafka-ruby-v0.12.0-librdkafka-v2.0.2"
+        ))));
         assert!(tolerates_draft_tags(None));
     }
 }

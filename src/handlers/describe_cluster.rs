@@ -21,10 +21,13 @@ pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, Handler
     let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
     let version = request.header.api_version;
     check_version(api, version, MAX_VERSION)?;
-    let body = requests::describe_cluster(version, request.body()).map_err(HandlerError::malformed(api, version))?;
+    let body = requests::describe_cluster(version, request.body())
+        .map_err(HandlerError::malformed(api, version))?;
 
     let mut response = DescribeClusterResponse::default()
-        .with_cluster_id(StrBytes::from_string(ctx.controller.cluster_id().to_owned()))
+        .with_cluster_id(StrBytes::from_string(
+            ctx.controller.cluster_id().to_owned(),
+        ))
         .with_controller_id(BrokerId(ctx.node.node_id));
     if version >= 1 {
         response.endpoint_type = body.endpoint_type;
@@ -41,9 +44,16 @@ pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, Handler
         }
         other => {
             response.error_code = error_codes::UNSUPPORTED_ENDPOINT_TYPE;
-            response.error_message = Some(StrBytes::from_string(format!("Unsupported endpoint type {other}")));
+            response.error_message = Some(StrBytes::from_string(format!(
+                "Unsupported endpoint type {other}"
+            )));
             response.controller_id = BrokerId(-1);
         }
     }
-    Ok(encode_frame(api, version, request.header.correlation_id, &response)?)
+    Ok(encode_frame(
+        api,
+        version,
+        request.header.correlation_id,
+        &response,
+    )?)
 }

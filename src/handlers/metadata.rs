@@ -18,7 +18,8 @@ pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, Handler
     let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
     let version = request.header.api_version;
     check_version(api, version, MAX_VERSION)?;
-    let body = requests::metadata(version, request.body()).map_err(HandlerError::malformed(api, version))?;
+    let body = requests::metadata(version, request.body())
+        .map_err(HandlerError::malformed(api, version))?;
 
     let node = &ctx.node;
     let mut response = MetadataResponse::default()
@@ -28,7 +29,9 @@ pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, Handler
             .with_port(node.port)])
         .with_controller_id(BrokerId(node.node_id));
     if version >= 2 {
-        response.cluster_id = Some(StrBytes::from_string(ctx.controller.cluster_id().to_owned()));
+        response.cluster_id = Some(StrBytes::from_string(
+            ctx.controller.cluster_id().to_owned(),
+        ));
     }
     if (8..=10).contains(&version) && body.include_cluster_authorized_operations {
         response.cluster_authorized_operations = cluster_authorized_operations(ctx, peer);
@@ -39,9 +42,21 @@ pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, Handler
         .unwrap_or_default()
         .into_iter()
         .map(|t| {
-            let code = if t.name.is_some() { error_codes::UNKNOWN_TOPIC_OR_PARTITION } else { error_codes::UNKNOWN_TOPIC_ID };
-            MetadataResponseTopic::default().with_error_code(code).with_name(t.name).with_topic_id(t.topic_id)
+            let code = if t.name.is_some() {
+                error_codes::UNKNOWN_TOPIC_OR_PARTITION
+            } else {
+                error_codes::UNKNOWN_TOPIC_ID
+            };
+            MetadataResponseTopic::default()
+                .with_error_code(code)
+                .with_name(t.name)
+                .with_topic_id(t.topic_id)
         })
         .collect();
-    Ok(encode_frame(api, version, request.header.correlation_id, &response)?)
+    Ok(encode_frame(
+        api,
+        version,
+        request.header.correlation_id,
+        &response,
+    )?)
 }

@@ -45,7 +45,9 @@ pub struct Authorizer {
 
 impl Authorizer {
     pub fn may_alter_cluster(&self, principal: &str) -> bool {
-        self.alter_cluster.as_ref().is_none_or(|allowed| allowed.contains(principal))
+        self.alter_cluster
+            .as_ref()
+            .is_none_or(|allowed| allowed.contains(principal))
     }
 }
 
@@ -71,7 +73,11 @@ pub const ANONYMOUS: &str = "User:ANONYMOUS";
 pub enum HandlerError {
     /// The peer sent bytes that do not decode.
     #[error("malformed {api:?} v{version} request: {source}")]
-    Malformed { api: ApiKey, version: i16, source: CodecError },
+    Malformed {
+        api: ApiKey,
+        version: i16,
+        source: CodecError,
+    },
     /// kshim built a response it cannot encode.
     #[error(transparent)]
     Encode(#[from] EncodeError),
@@ -79,7 +85,11 @@ pub enum HandlerError {
 
 impl HandlerError {
     pub fn malformed(api: ApiKey, version: i16) -> impl FnOnce(CodecError) -> HandlerError {
-        move |source| HandlerError::Malformed { api, version, source }
+        move |source| HandlerError::Malformed {
+            api,
+            version,
+            source,
+        }
     }
 }
 
@@ -138,9 +148,16 @@ pub(crate) fn cluster_authorized_operations(ctx: &Context, peer: &Peer) -> i32 {
     const DESCRIBE_CONFIGS: i32 = 10;
     const ALTER_CONFIGS: i32 = 11;
     const IDEMPOTENT_WRITE: i32 = 12;
-    let mut ops = [CREATE, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE]
-        .iter()
-        .fold(0, |acc, op| acc | (1 << op));
+    let mut ops = [
+        CREATE,
+        DESCRIBE,
+        CLUSTER_ACTION,
+        DESCRIBE_CONFIGS,
+        ALTER_CONFIGS,
+        IDEMPOTENT_WRITE,
+    ]
+    .iter()
+    .fold(0, |acc, op| acc | (1 << op));
     if ctx.authorizer.may_alter_cluster(&peer.principal) {
         ops |= 1 << ALTER;
     }

@@ -17,14 +17,16 @@ use kafka_protocol::protocol::StrBytes;
 use std::time::Duration;
 
 pub const MAX_VERSION: i16 = 2;
-const FAILED_PREFIX: &str = "The update failed for all features since the following feature had an error: ";
+const FAILED_PREFIX: &str =
+    "The update failed for all features since the following feature had an error: ";
 
 pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, HandlerError> {
     let api = ApiKey::UpdateFeatures;
     let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
     let version = request.header.api_version;
     check_version(api, version, MAX_VERSION)?;
-    let body = requests::update_features(version, request.body()).map_err(HandlerError::malformed(api, version))?;
+    let body = requests::update_features(version, request.body())
+        .map_err(HandlerError::malformed(api, version))?;
     let correlation_id = request.header.correlation_id;
 
     if !ctx.authorizer.may_alter_cluster(&peer.principal) {
@@ -34,7 +36,12 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
             code: error_codes::CLUSTER_AUTHORIZATION_FAILED,
             message: format!("Request from {} needs ALTER permission.", peer.principal),
         };
-        return Ok(encode_frame(api, version, correlation_id, &response(version, &body, Err(&rejection)))?);
+        return Ok(encode_frame(
+            api,
+            version,
+            correlation_id,
+            &response(version, &body, Err(&rejection)),
+        )?);
     }
 
     let updates = body
@@ -51,16 +58,28 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
         })
         .collect();
     let timeout = Duration::from_millis(body.timeout_ms.max(0) as u64);
-    let outcome = ctx.controller.update(updates, body.validate_only, timeout).await;
+    let outcome = ctx
+        .controller
+        .update(updates, body.validate_only, timeout)
+        .await;
     if let Err(rejection) = &outcome {
         tracing::debug!(peer = %peer.addr, code = rejection.code, "UpdateFeatures refused: {}", rejection.message);
     }
     let outcome = outcome.as_ref().map(|_| ());
-    Ok(encode_frame(api, version, correlation_id, &response(version, &body, outcome))?)
+    Ok(encode_frame(
+        api,
+        version,
+        correlation_id,
+        &response(version, &body, outcome),
+    )?)
 }
 
 /// Builds the response for `request` from the outcome.
-fn response(version: i16, request: &UpdateFeaturesRequest, outcome: Result<(), &UpdateRejection>) -> UpdateFeaturesResponse {
+fn response(
+    version: i16,
+    request: &UpdateFeaturesRequest,
+    outcome: Result<(), &UpdateRejection>,
+) -> UpdateFeaturesResponse {
     match outcome {
         Err(r) => {
             let message = match r.feature {

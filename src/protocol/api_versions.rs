@@ -9,7 +9,9 @@ use super::response::{encode_body, EncodeError};
 use super::wire::{CodecError, Reader};
 use crate::features::FeatureSnapshot;
 use bytes::Bytes;
-use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 use regex::Regex;
@@ -43,7 +45,8 @@ pub fn parse_request(version: i16, body: &[u8]) -> Result<Option<ClientSoftware>
 pub fn is_valid_client_software(software: &ClientSoftware) -> bool {
     static PATTERN: OnceLock<Regex> = OnceLock::new();
     let pattern = PATTERN.get_or_init(|| {
-        Regex::new(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$").expect("the pattern is a constant")
+        Regex::new(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+            .expect("the pattern is a constant")
     });
     pattern.is_match(&software.name) && pattern.is_match(&software.version)
 }
@@ -86,7 +89,12 @@ pub fn success_body(
 ) -> Result<Bytes, EncodeError> {
     let mut body = ApiVersionsResponse::default().with_api_keys(
         apis.iter()
-            .map(|a| ApiVersion::default().with_api_key(a.api_key).with_min_version(a.min).with_max_version(a.max))
+            .map(|a| {
+                ApiVersion::default()
+                    .with_api_key(a.api_key)
+                    .with_min_version(a.min)
+                    .with_max_version(a.max)
+            })
             .collect(),
     );
     if version >= 3 {
@@ -170,8 +178,15 @@ pub fn decode_response(version: i16, body: &[u8]) -> Result<DecodedApiVersions, 
         }
         apis.push(ApiRange { api_key, min, max });
     }
-    let throttle_time_ms = if version >= 1 { r.i32("ThrottleTimeMs")? } else { 0 };
-    let mut features = DraftFeatures { epoch: -1, ..Default::default() };
+    let throttle_time_ms = if version >= 1 {
+        r.i32("ThrottleTimeMs")?
+    } else {
+        0
+    };
+    let mut features = DraftFeatures {
+        epoch: -1,
+        ..Default::default()
+    };
     let mut zk_migration_ready = false;
     let mut draft = None;
     if flexible {
@@ -198,11 +213,21 @@ pub fn decode_response(version: i16, body: &[u8]) -> Result<DecodedApiVersions, 
     if let Some(d) = &draft {
         check_agreement(&features, d)?;
     }
-    Ok(DecodedApiVersions { error_code, apis, throttle_time_ms, features, draft, zk_migration_ready })
+    Ok(DecodedApiVersions {
+        error_code,
+        apis,
+        throttle_time_ms,
+        features,
+        draft,
+        zk_migration_ready,
+    })
 }
 
 /// Entries of {Name, int16, int16, tags}, in the order they appear on the wire.
-fn decode_levels(raw: &[u8], what: &'static str) -> Result<BTreeMap<String, (i16, i16)>, CodecError> {
+fn decode_levels(
+    raw: &[u8],
+    what: &'static str,
+) -> Result<BTreeMap<String, (i16, i16)>, CodecError> {
     let mut r = Reader::new(raw);
     let n = r.array_len(true, 6, what)?.unwrap_or(0);
     let mut out = BTreeMap::new();
@@ -212,7 +237,9 @@ fn decode_levels(raw: &[u8], what: &'static str) -> Result<BTreeMap<String, (i16
         let b = r.i16(what)?;
         r.tagged_fields(what)?;
         if out.insert(name.clone(), (a, b)).is_some() {
-            return Err(CodecError::Invalid(format!("feature {name} listed twice in {what}")));
+            return Err(CodecError::Invalid(format!(
+                "feature {name} listed twice in {what}"
+            )));
         }
     }
     r.expect_end(what)?;
@@ -223,13 +250,19 @@ fn decode_levels(raw: &[u8], what: &'static str) -> Result<BTreeMap<String, (i16
 fn check_agreement(shipped: &DraftFeatures, draft: &DraftFeatures) -> Result<(), CodecError> {
     let mut problems = Vec::new();
     if shipped.supported != draft.supported {
-        problems.push(format!("supported features {:?} vs {:?}", shipped.supported, draft.supported));
+        problems.push(format!(
+            "supported features {:?} vs {:?}",
+            shipped.supported, draft.supported
+        ));
     }
     if shipped.epoch != draft.epoch {
         problems.push(format!("epoch {} vs {}", shipped.epoch, draft.epoch));
     }
     if shipped.finalized != draft.finalized {
-        problems.push(format!("finalized features {:?} vs {:?}", shipped.finalized, draft.finalized));
+        problems.push(format!(
+            "finalized features {:?} vs {:?}",
+            shipped.finalized, draft.finalized
+        ));
     }
     if problems.is_empty() {
         Ok(())
@@ -255,20 +288,34 @@ mod tests {
             .into(),
             finalized: FinalizedFeatures {
                 epoch: 9,
-                levels: [("metadata.version".to_owned(), 27), ("group.version".to_owned(), 0)].into(),
+                levels: [
+                    ("metadata.version".to_owned(), 27),
+                    ("group.version".to_owned(), 0),
+                ]
+                .into(),
             },
         }
     }
 
-    const APIS: &[ApiRange] = &[ApiRange { api_key: 18, min: 0, max: 4 }];
+    const APIS: &[ApiRange] = &[ApiRange {
+        api_key: 18,
+        min: 0,
+        max: 4,
+    }];
 
     #[test]
     fn v4_lists_min_zero_features_and_v3_leaves_them_out() {
         for (version, expect_group) in [(3, false), (4, true)] {
             let body = success_body(version, APIS, &snapshot(), true).unwrap();
             let decoded = decode_response(version, &body).unwrap();
-            assert_eq!(decoded.features.supported.contains_key("group.version"), expect_group);
-            assert_eq!(decoded.features.finalized, [("metadata.version".to_owned(), (27, 27))].into());
+            assert_eq!(
+                decoded.features.supported.contains_key("group.version"),
+                expect_group
+            );
+            assert_eq!(
+                decoded.features.finalized,
+                [("metadata.version".to_owned(), (27, 27))].into()
+            );
             assert_eq!(decoded.features.epoch, 9);
             assert_eq!(decoded.draft.as_ref(), Some(&decoded.features));
         }
@@ -294,7 +341,11 @@ mod tests {
     fn disagreeing_tags_are_an_error() {
         let mut body = ApiVersionsResponse::default();
         body.finalized_features_epoch = 3;
-        body.unknown_tagged_fields = DraftFeatures { epoch: 4, ..Default::default() }.encode();
+        body.unknown_tagged_fields = DraftFeatures {
+            epoch: 4,
+            ..Default::default()
+        }
+        .encode();
         let raw = encode_body(ApiKey::ApiVersions, 3, &body).unwrap();
         let err = decode_response(3, &raw).unwrap_err();
         assert!(err.to_string().contains("disagree"), "{err}");
@@ -304,12 +355,24 @@ mod tests {
     fn unsupported_version_answer_is_v0_with_only_api_versions() {
         let decoded = decode_response(0, &unsupported_version_body()).unwrap();
         assert_eq!(decoded.error_code, error_codes::UNSUPPORTED_VERSION);
-        assert_eq!(decoded.apis, vec![ApiRange { api_key: 18, min: 0, max: 4 }]);
+        assert_eq!(
+            decoded.apis,
+            vec![ApiRange {
+                api_key: 18,
+                min: 0,
+                max: 4
+            }]
+        );
     }
 
     #[test]
     fn client_software_pattern() {
-        let ok = |n: &str, v: &str| is_valid_client_software(&ClientSoftware { name: n.into(), version: v.into() });
+        let ok = |n: &str, v: &str| {
+            is_valid_client_software(&ClientSoftware {
+                name: n.into(),
+                version: v.into(),
+            })
+        };
         assert!(ok("apache-kafka-java", "4.1.1"));
         assert!(ok("librdkafka", "2.12.0"));
         assert!(!ok("", "1"));

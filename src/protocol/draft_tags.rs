@@ -28,10 +28,16 @@ impl DraftFeatures {
     pub fn encode(&self) -> BTreeMap<i32, Bytes> {
         let mut tags = BTreeMap::new();
         if !self.supported.is_empty() {
-            tags.insert(TAG_SUPPORTED_FEATURES, encode_ranges(&self.supported, false));
+            tags.insert(
+                TAG_SUPPORTED_FEATURES,
+                encode_ranges(&self.supported, false),
+            );
         }
         if self.epoch != -1 {
-            tags.insert(TAG_FINALIZED_EPOCH, Bytes::copy_from_slice(&self.epoch.to_be_bytes()));
+            tags.insert(
+                TAG_FINALIZED_EPOCH,
+                Bytes::copy_from_slice(&self.epoch.to_be_bytes()),
+            );
         }
         if !self.finalized.is_empty() {
             tags.insert(TAG_FINALIZED_FEATURES, encode_ranges(&self.finalized, true));
@@ -48,7 +54,10 @@ impl DraftFeatures {
         if supported.is_none() && epoch.is_none() && finalized.is_none() {
             return Ok(None);
         }
-        let mut out = DraftFeatures { epoch: -1, ..Default::default() };
+        let mut out = DraftFeatures {
+            epoch: -1,
+            ..Default::default()
+        };
         if let Some(raw) = supported {
             out.supported = decode_ranges(raw, false)?;
         }
@@ -91,7 +100,9 @@ fn decode_ranges(raw: &[u8], max_first: bool) -> Result<BTreeMap<String, (i16, i
         r.tagged_fields(WHAT)?;
         let (min, max) = if max_first { (b, a) } else { (a, b) };
         if out.insert(name.clone(), (min, max)).is_some() {
-            return Err(CodecError::Invalid(format!("feature {name} listed twice in a draft tag")));
+            return Err(CodecError::Invalid(format!(
+                "feature {name} listed twice in a draft tag"
+            )));
         }
     }
     r.expect_end(WHAT)?;
@@ -100,7 +111,9 @@ fn decode_ranges(raw: &[u8], max_first: bool) -> Result<BTreeMap<String, (i16, i
 
 fn narrow(v: i64, name: &str) -> Result<i16, CodecError> {
     i16::try_from(v).map_err(|_| {
-        CodecError::Invalid(format!("feature {name}: version {v} in a draft tag is outside Kafka's int16 range"))
+        CodecError::Invalid(format!(
+            "feature {name}: version {v} in a draft tag is outside Kafka's int16 range"
+        ))
     })
 }
 
@@ -110,7 +123,11 @@ mod tests {
 
     fn sample() -> DraftFeatures {
         DraftFeatures {
-            supported: [("group.version".to_owned(), (0, 1)), ("metadata.version".to_owned(), (7, 27))].into(),
+            supported: [
+                ("group.version".to_owned(), (0, 1)),
+                ("metadata.version".to_owned(), (7, 27)),
+            ]
+            .into(),
             epoch: 42,
             finalized: [("metadata.version".to_owned(), (27, 27))].into(),
         }
@@ -124,7 +141,10 @@ mod tests {
 
     #[test]
     fn defaults_are_left_out() {
-        let d = DraftFeatures { epoch: -1, ..Default::default() };
+        let d = DraftFeatures {
+            epoch: -1,
+            ..Default::default()
+        };
         assert!(d.encode().is_empty());
         assert_eq!(DraftFeatures::decode(&BTreeMap::new()).unwrap(), None);
     }
@@ -152,6 +172,9 @@ mod tests {
         raw.push(0);
         let tags = [(TAG_SUPPORTED_FEATURES, Bytes::from(raw))].into();
         let err = DraftFeatures::decode(&tags).unwrap_err();
-        assert!(err.to_string().contains("outside Kafka's int16 range"), "{err}");
+        assert!(
+            err.to_string().contains("outside Kafka's int16 range"),
+            "{err}"
+        );
     }
 }

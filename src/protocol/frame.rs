@@ -55,7 +55,10 @@ impl Decoder for FrameCodec {
         }
         let size = size as usize;
         if size > self.max_frame_bytes {
-            return Err(FrameError::TooLarge { size, max: self.max_frame_bytes });
+            return Err(FrameError::TooLarge {
+                size,
+                max: self.max_frame_bytes,
+            });
         }
         if src.len() < 4 + size {
             src.reserve((4 + size - src.len()).min(MAX_RESERVE_AHEAD));
@@ -95,8 +98,14 @@ mod tests {
         let mut buf = BytesMut::from(&[0, 0, 0, 3, 1, 2][..]);
         assert!(codec.decode(&mut buf).unwrap().is_none());
         buf.extend_from_slice(&[3, 0, 0, 0, 1, 9]);
-        assert_eq!(codec.decode(&mut buf).unwrap().unwrap(), Bytes::from_static(&[1, 2, 3]));
-        assert_eq!(codec.decode(&mut buf).unwrap().unwrap(), Bytes::from_static(&[9]));
+        assert_eq!(
+            codec.decode(&mut buf).unwrap().unwrap(),
+            Bytes::from_static(&[1, 2, 3])
+        );
+        assert_eq!(
+            codec.decode(&mut buf).unwrap().unwrap(),
+            Bytes::from_static(&[9])
+        );
         assert!(codec.decode(&mut buf).unwrap().is_none());
     }
 
@@ -104,10 +113,16 @@ mod tests {
     fn refuses_negative_and_oversized_lengths_before_reserving() {
         let mut codec = FrameCodec::new(16);
         let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xf0][..]);
-        assert!(matches!(codec.decode(&mut buf), Err(FrameError::NegativeSize(_))));
+        assert!(matches!(
+            codec.decode(&mut buf),
+            Err(FrameError::NegativeSize(_))
+        ));
         let mut buf = BytesMut::from(&[0, 0, 0, 17][..]);
         let cap = buf.capacity();
-        assert!(matches!(codec.decode(&mut buf), Err(FrameError::TooLarge { size: 17, max: 16 })));
+        assert!(matches!(
+            codec.decode(&mut buf),
+            Err(FrameError::TooLarge { size: 17, max: 16 })
+        ));
         assert_eq!(buf.capacity(), cap);
     }
 
@@ -115,6 +130,9 @@ mod tests {
     fn eof_inside_a_frame_is_an_error() {
         let mut codec = FrameCodec::new(16);
         let mut buf = BytesMut::from(&[0, 0, 0, 3, 1][..]);
-        assert!(matches!(codec.decode_eof(&mut buf), Err(FrameError::TruncatedAtEof(5))));
+        assert!(matches!(
+            codec.decode_eof(&mut buf),
+            Err(FrameError::TruncatedAtEof(5))
+        ));
     }
 }

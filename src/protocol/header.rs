@@ -58,7 +58,13 @@ impl RequestFrame {
             r.tagged_fields("request header")?;
         }
         let body_offset = 8 + r.position();
-        Ok(RequestFrame { header, client_id, flexible, frame, body_offset })
+        Ok(RequestFrame {
+            header,
+            client_id,
+            flexible,
+            frame,
+            body_offset,
+        })
     }
 
     pub fn body(&self) -> &[u8] {
@@ -79,7 +85,14 @@ mod tests {
         // ApiVersions v3, correlation 7, client id "ab", no header tags, body [9].
         let frame = Bytes::from_static(&[0, 18, 0, 3, 0, 0, 0, 7, 0, 2, b'a', b'b', 0, 9]);
         let req = RequestFrame::parse(frame).unwrap();
-        assert_eq!(req.header, HeaderPeek { api_key: 18, api_version: 3, correlation_id: 7 });
+        assert_eq!(
+            req.header,
+            HeaderPeek {
+                api_key: 18,
+                api_version: 3,
+                correlation_id: 7
+            }
+        );
         assert_eq!(req.client_id.as_deref(), Some("ab"));
         assert!(req.flexible);
         assert_eq!(req.body(), &[9]);
@@ -88,7 +101,13 @@ mod tests {
     #[test]
     fn garbage_headers_are_errors() {
         assert!(RequestFrame::parse(Bytes::from_static(&[0, 18, 0])).is_err());
-        assert!(RequestFrame::parse(Bytes::from_static(&[0x7f, 0x7f, 0, 0, 0, 0, 0, 1, 0xff, 0xff])).is_err());
-        assert!(RequestFrame::parse(Bytes::from_static(&[0, 18, 0, 3, 0, 0, 0, 7, 0, 9, b'a'])).is_err());
+        assert!(RequestFrame::parse(Bytes::from_static(&[
+            0x7f, 0x7f, 0, 0, 0, 0, 0, 1, 0xff, 0xff
+        ]))
+        .is_err());
+        assert!(
+            RequestFrame::parse(Bytes::from_static(&[0, 18, 0, 3, 0, 0, 0, 7, 0, 9, b'a']))
+                .is_err()
+        );
     }
 }

@@ -23,7 +23,9 @@ pub fn update_features(version: i16, body: &[u8]) -> Result<UpdateFeaturesReques
     let mut r = Reader::new(body);
     let mut req = UpdateFeaturesRequest::default().with_timeout_ms(r.i32("timeoutMs")?);
     // Smallest entry: empty name (1) + level (2) + flag or type (1) + tags (1).
-    let n = r.array_len(true, 5, "FeatureUpdates")?.unwrap_or(0);
+    let n = r.array_len(true, 5, "FeatureUpdates")?.ok_or_else(|| {
+        CodecError::Invalid("non-nullable field FeatureUpdates was serialized as null".into())
+    })?;
     req.feature_updates.reserve(n);
     for _ in 0..n {
         let mut key = FeatureUpdateKey::default()
@@ -48,7 +50,13 @@ pub fn update_features(version: i16, body: &[u8]) -> Result<UpdateFeaturesReques
 pub fn metadata(version: i16, body: &[u8]) -> Result<MetadataRequest, CodecError> {
     let flexible = version >= 9;
     let mut r = Reader::new(body);
-    let min_topic = if version >= 10 { 18 } else if flexible { 2 } else { 2 };
+    let min_topic = if version >= 10 {
+        18
+    } else if flexible {
+        2
+    } else {
+        2
+    };
     let topics = match r.array_len(flexible, min_topic, "Topics")? {
         // A null list means all topics from v1 on; v0 has no null, and an empty
         // list there means all topics.
@@ -60,7 +68,11 @@ pub fn metadata(version: i16, body: &[u8]) -> Result<MetadataRequest, CodecError
                 if version >= 10 {
                     t.topic_id = uuid::Uuid::from_bytes(r.uuid("TopicId")?);
                 }
-                let name = if flexible { r.compact_nullable_string("Name")? } else { r.nullable_string("Name")? };
+                let name = if flexible {
+                    r.compact_nullable_string("Name")?
+                } else {
+                    r.nullable_string("Name")?
+                };
                 t.name = name.map(|n| TopicName(owned(n)));
                 if flexible {
                     t.unknown_tagged_fields = r.tagged_fields("MetadataRequestTopic")?;
@@ -181,7 +193,10 @@ mod tests {
     fn a_huge_array_count_is_refused_without_allocating() {
         // timeout, then a compact array claiming u32::MAX - 1 entries.
         let raw = [0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f];
-        assert!(matches!(update_features(1, &raw), Err(CodecError::InvalidLength { .. })));
+        assert!(matches!(
+            update_features(1, &raw),
+            Err(CodecError::InvalidLength { .. })
+        ));
         let raw = [0x7f, 0xff, 0xff, 0xff];
         assert!(metadata(1, &raw).is_err());
     }
@@ -189,7 +204,8 @@ mod tests {
     #[test]
     fn describe_cluster_reads_each_version() {
         for v in 0..=2 {
-            let mut req = DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+            let mut req =
+                DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
             if v >= 1 {
                 req.endpoint_type = 2;
             }
@@ -197,7 +213,8 @@ mod tests {
                 req.include_fenced_brokers = true;
             }
             let raw = encode(&req, v);
-            let theirs = DescribeClusterRequest::decode(&mut bytes::Bytes::from(raw.clone()), v).unwrap();
+            let theirs =
+                DescribeClusterRequest::decode(&mut bytes::Bytes::from(raw.clone()), v).unwrap();
             assert_eq!(describe_cluster(v, &raw).unwrap(), theirs);
         }
     }

@@ -38,8 +38,16 @@ pub fn frame_with_body(api: ApiKey, version: i16, correlation_id: i32, body: &[u
 }
 
 /// Encodes a kafka-protocol message body at `version`.
-pub fn encode_body<M: Encodable>(api: ApiKey, version: i16, body: &M) -> Result<Bytes, EncodeError> {
-    let err = |e: anyhow::Error| EncodeError { api, version, reason: e.to_string() };
+pub fn encode_body<M: Encodable>(
+    api: ApiKey,
+    version: i16,
+    body: &M,
+) -> Result<Bytes, EncodeError> {
+    let err = |e: anyhow::Error| EncodeError {
+        api,
+        version,
+        reason: e.to_string(),
+    };
     let size = body.compute_size(version).map_err(err)?;
     let mut out = BytesMut::with_capacity(size);
     body.encode(&mut out, version).map_err(err)?;
@@ -53,5 +61,10 @@ pub fn encode_frame<M: Encodable>(
     correlation_id: i32,
     body: &M,
 ) -> Result<Bytes, EncodeError> {
-    Ok(frame_with_body(api, version, correlation_id, &encode_body(api, version, body)?))
+    Ok(frame_with_body(
+        api,
+        version,
+        correlation_id,
+        &encode_body(api, version, body)?,
+    ))
 }

@@ -45,7 +45,10 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], CodecError> {
         if self.remaining() < n {
-            return Err(CodecError::Truncated { what, needed: n - self.remaining() });
+            return Err(CodecError::Truncated {
+                what,
+                needed: n - self.remaining(),
+            });
         }
         let out = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -109,12 +112,18 @@ impl<'a> Reader<'a> {
         match self.i16(what)? {
             -1 => Ok(None),
             n if n >= 0 => Ok(Some(Self::utf8(self.take(n as usize, what)?, what)?)),
-            n => Err(CodecError::InvalidLength { what, length: n.into() }),
+            n => Err(CodecError::InvalidLength {
+                what,
+                length: n.into(),
+            }),
         }
     }
 
     /// A compact nullable string (uvarint length + 1, 0 for null).
-    pub fn compact_nullable_string(&mut self, what: &'static str) -> Result<Option<&'a str>, CodecError> {
+    pub fn compact_nullable_string(
+        &mut self,
+        what: &'static str,
+    ) -> Result<Option<&'a str>, CodecError> {
         match self.uvarint(what)? {
             0 => Ok(None),
             n => Ok(Some(Self::utf8(self.take(n as usize - 1, what)?, what)?)),
@@ -122,7 +131,11 @@ impl<'a> Reader<'a> {
     }
 
     pub fn string(&mut self, flexible: bool, what: &'static str) -> Result<&'a str, CodecError> {
-        let s = if flexible { self.compact_nullable_string(what)? } else { self.nullable_string(what)? };
+        let s = if flexible {
+            self.compact_nullable_string(what)?
+        } else {
+            self.nullable_string(what)?
+        };
         s.ok_or(CodecError::InvalidLength { what, length: -1 })
     }
 
@@ -135,7 +148,11 @@ impl<'a> Reader<'a> {
         min_element_bytes: usize,
         what: &'static str,
     ) -> Result<Option<usize>, CodecError> {
-        let n: i64 = if flexible { i64::from(self.uvarint(what)?) - 1 } else { i64::from(self.i32(what)?) };
+        let n: i64 = if flexible {
+            i64::from(self.uvarint(what)?) - 1
+        } else {
+            i64::from(self.i32(what)?)
+        };
         if n == -1 {
             return Ok(None);
         }
@@ -144,20 +161,28 @@ impl<'a> Reader<'a> {
         }
         let n = n as usize;
         if n.saturating_mul(min_element_bytes.max(1)) > self.remaining() {
-            return Err(CodecError::InvalidLength { what, length: n as i64 });
+            return Err(CodecError::InvalidLength {
+                what,
+                length: n as i64,
+            });
         }
         Ok(Some(n))
     }
 
     /// A tagged-field section, kept as raw values by tag.
-    pub fn tagged_fields(&mut self, what: &'static str) -> Result<BTreeMap<i32, Bytes>, CodecError> {
+    pub fn tagged_fields(
+        &mut self,
+        what: &'static str,
+    ) -> Result<BTreeMap<i32, Bytes>, CodecError> {
         let count = self.uvarint(what)?;
         let mut out = BTreeMap::new();
         let mut last: Option<u32> = None;
         for _ in 0..count {
             let tag = self.uvarint(what)?;
             if last.is_some_and(|l| tag <= l) {
-                return Err(CodecError::Invalid(format!("{what}: tags out of order ({tag})")));
+                return Err(CodecError::Invalid(format!(
+                    "{what}: tags out of order ({tag})"
+                )));
             }
             last = Some(tag);
             let size = self.uvarint(what)? as usize;
@@ -169,7 +194,10 @@ impl<'a> Reader<'a> {
 
     pub fn expect_end(&self, what: &'static str) -> Result<(), CodecError> {
         if self.remaining() != 0 {
-            return Err(CodecError::Invalid(format!("{} trailing byte(s) after {what}", self.remaining())));
+            return Err(CodecError::Invalid(format!(
+                "{} trailing byte(s) after {what}",
+                self.remaining()
+            )));
         }
         Ok(())
     }
@@ -197,7 +225,10 @@ mod tests {
     #[test]
     fn array_len_refuses_counts_the_frame_cannot_hold() {
         let mut r = Reader::new(&[0x7f, 0xff, 0xff, 0xff, 0, 0]);
-        assert!(matches!(r.array_len(false, 1, "a"), Err(CodecError::InvalidLength { .. })));
+        assert!(matches!(
+            r.array_len(false, 1, "a"),
+            Err(CodecError::InvalidLength { .. })
+        ));
         let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert!(r.array_len(true, 1, "a").is_err());
         let mut r = Reader::new(&[0, 0, 0, 2, 1, 1]);
@@ -213,14 +244,21 @@ mod tests {
             put_uvarint(&mut out, v);
             assert_eq!(Reader::new(&out).uvarint("v"), Ok(v));
         }
-        assert!(Reader::new(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x01]).uvarint("v").is_err());
+        assert!(Reader::new(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x01])
+            .uvarint("v")
+            .is_err());
     }
 
     #[test]
     fn strings_check_length_and_utf8() {
         assert!(Reader::new(&[0, 5, b'a']).nullable_string("s").is_err());
-        assert!(Reader::new(&[0, 2, 0xff, 0xfe]).nullable_string("s").is_err());
+        assert!(Reader::new(&[0, 2, 0xff, 0xfe])
+            .nullable_string("s")
+            .is_err());
         assert_eq!(Reader::new(&[0xff, 0xff]).nullable_string("s"), Ok(None));
-        assert_eq!(Reader::new(&[3, b'h', b'i']).compact_nullable_string("s"), Ok(Some("hi")));
+        assert_eq!(
+            Reader::new(&[3, b'h', b'i']).compact_nullable_string("s"),
+            Ok(Some("hi"))
+        );
     }
 }

@@ -21,7 +21,10 @@ pub(super) async fn run(
     limits: &Limits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let peer = Arc::new(Peer { addr, principal: ANONYMOUS.to_owned() });
+    let peer = Arc::new(Peer {
+        addr,
+        principal: ANONYMOUS.to_owned(),
+    });
     let (read_half, write_half) = stream.into_split();
     let mut frames = FramedRead::new(read_half, FrameCodec::new(limits.max_frame_bytes));
     let mut out = BufWriter::new(write_half);

@@ -48,7 +48,12 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 
 /// Accepts connections until `shutdown` turns true, then lets open connections
 /// finish the requests they have read (up to the grace period) and returns.
-pub async fn serve(listener: TcpListener, ctx: Arc<Context>, limits: Limits, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    ctx: Arc<Context>,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let tracker = TaskTracker::new();
     loop {
@@ -80,7 +85,10 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>, limits: Limits, mut
         }
     }
     tracker.close();
-    if tokio::time::timeout(limits.shutdown_grace, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(limits.shutdown_grace, tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("shutdown grace period over; closing the remaining connections");
     }
 }

@@ -44,20 +44,33 @@ pub struct FileStore {
 
 impl FileStore {
     pub fn open(dir: &Path) -> Result<FileStore, StoreError> {
-        let io = |source| StoreError::Io { path: dir.display().to_string(), source };
+        let io = |source| StoreError::Io {
+            path: dir.display().to_string(),
+            source,
+        };
         fs::create_dir_all(dir).map_err(io)?;
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK_FILE)).map_err(io)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE))
+            .map_err(io)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
-                return Err(StoreError::Locked { path: dir.display().to_string() })
+                return Err(StoreError::Locked {
+                    path: dir.display().to_string(),
+                })
             }
             Err(fs::TryLockError::Error(e)) => return Err(io(e)),
         }
         // A temp file is what a crash during a save leaves; the state file beside
         // it is still the last complete one.
         let _ = fs::remove_file(dir.join(TEMP_FILE));
-        Ok(FileStore { dir: dir.to_owned(), _lock: lock })
+        Ok(FileStore {
+            dir: dir.to_owned(),
+            _lock: lock,
+        })
     }
 
     fn state_path(&self) -> PathBuf {
@@ -65,7 +78,10 @@ impl FileStore {
     }
 
     fn io(&self, source: std::io::Error) -> StoreError {
-        StoreError::Io { path: self.dir.display().to_string(), source }
+        StoreError::Io {
+            path: self.dir.display().to_string(),
+            source,
+        }
     }
 }
 
@@ -77,10 +93,17 @@ impl FeatureStore for FileStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.io(e)),
         };
-        let damaged = |reason: String| StoreError::Damaged { path: path.display().to_string(), reason };
-        let doc: StateDocument = serde_json::from_slice(&raw).map_err(|e| damaged(e.to_string()))?;
+        let damaged = |reason: String| StoreError::Damaged {
+            path: path.display().to_string(),
+            reason,
+        };
+        let doc: StateDocument =
+            serde_json::from_slice(&raw).map_err(|e| damaged(e.to_string()))?;
         if doc.version != SCHEMA_VERSION {
-            return Err(damaged(format!("schema version {} is not {SCHEMA_VERSION}", doc.version)));
+            return Err(damaged(format!(
+                "schema version {} is not {SCHEMA_VERSION}",
+                doc.version
+            )));
         }
         let mut levels = BTreeMap::new();
         for (name, range) in doc.features {
@@ -92,7 +115,13 @@ impl FeatureStore for FileStore {
             }
             levels.insert(name, range.max_version_level);
         }
-        Ok(Some(StoredState { cluster_id: doc.cluster_id, finalized: FinalizedFeatures { epoch: doc.epoch, levels } }))
+        Ok(Some(StoredState {
+            cluster_id: doc.cluster_id,
+            finalized: FinalizedFeatures {
+                epoch: doc.epoch,
+                levels,
+            },
+        }))
     }
 
     fn save(&self, state: &StoredState) -> Result<(), StoreError> {
@@ -104,10 +133,19 @@ impl FeatureStore for FileStore {
                 .finalized
                 .levels
                 .iter()
-                .map(|(name, &level)| (name.clone(), LevelRange { min_version_level: level, max_version_level: level }))
+                .map(|(name, &level)| {
+                    (
+                        name.clone(),
+                        LevelRange {
+                            min_version_level: level,
+                            max_version_level: level,
+                        },
+                    )
+                })
                 .collect(),
         };
-        let mut raw = serde_json::to_vec_pretty(&doc).map_err(|e| self.io(std::io::Error::other(e)))?;
+        let mut raw =
+            serde_json::to_vec_pretty(&doc).map_err(|e| self.io(std::io::Error::other(e)))?;
         raw.push(b'\n');
         let temp = self.dir.join(TEMP_FILE);
         let mut f = File::create(&temp).map_err(|e| self.io(e))?;
@@ -115,7 +153,9 @@ impl FeatureStore for FileStore {
         f.sync_all().map_err(|e| self.io(e))?;
         drop(f);
         fs::rename(&temp, self.state_path()).map_err(|e| self.io(e))?;
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| self.io(e))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| self.io(e))?;
         Ok(())
     }
 }
@@ -127,7 +167,10 @@ mod tests {
     fn state(epoch: i64) -> StoredState {
         StoredState {
             cluster_id: "c1".into(),
-            finalized: FinalizedFeatures { epoch, levels: [("group.version".to_owned(), 1)].into() },
+            finalized: FinalizedFeatures {
+                epoch,
+                levels: [("group.version".to_owned(), 1)].into(),
+            },
         }
     }
 
@@ -140,22 +183,34 @@ mod tests {
         store.save(&state(4)).unwrap();
         assert_eq!(store.load().unwrap(), Some(state(4)));
         drop(store);
-        assert_eq!(FileStore::open(dir.path()).unwrap().load().unwrap(), Some(state(4)));
+        assert_eq!(
+            FileStore::open(dir.path()).unwrap().load().unwrap(),
+            Some(state(4))
+        );
     }
 
     #[test]
     fn a_second_process_is_locked_out() {
         let dir = tempfile::tempdir().unwrap();
         let _first = FileStore::open(dir.path()).unwrap();
-        assert!(matches!(FileStore::open(dir.path()), Err(StoreError::Locked { .. })));
+        assert!(matches!(
+            FileStore::open(dir.path()),
+            Err(StoreError::Locked { .. })
+        ));
     }
 
     #[test]
     fn a_leftover_temp_file_does_not_matter() {
         let dir = tempfile::tempdir().unwrap();
-        FileStore::open(dir.path()).unwrap().save(&state(7)).unwrap();
+        FileStore::open(dir.path())
+            .unwrap()
+            .save(&state(7))
+            .unwrap();
         fs::write(dir.path().join(TEMP_FILE), b"{\"version\": 1, \"cluster").unwrap();
-        assert_eq!(FileStore::open(dir.path()).unwrap().load().unwrap(), Some(state(7)));
+        assert_eq!(
+            FileStore::open(dir.path()).unwrap().load().unwrap(),
+            Some(state(7))
+        );
     }
 
     #[test]

@@ -20,7 +20,10 @@ pub struct StoredState {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("data directory {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("data directory {path} is in use by another kshim process")]
     Locked { path: String },
     #[error("state file {path} is damaged: {reason}")]

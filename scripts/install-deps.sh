@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Installs everything the interop tests need, and nothing twice:
+#   - Debian packages kcat and openssl (and a JDK, Maven, python3-venv when those are missing)
+#   - .venv with pytest, kafka-python, confluent-kafka, prometheus-client
+#   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
+#   - the Go modules of tests/interop/go, when that directory has a go.mod
+# Safe to run again: each step checks first and skips what is already in place.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+VENV="$ROOT/.venv"
+POM="$ROOT/tests/java/pom.xml"
+JARS="$ROOT/build/kafka-jars"
+STAMP="$JARS/.pom.sha256"
+GO_DIR="$ROOT/tests/interop/go"
+
+PY_PACKAGES=(
+  "pytest==9.2.0"
+  "kafka-python==3.0.12"
+  "confluent-kafka==2.16.1"
+  "prometheus-client==0.26.0"
+)
+
+step() { printf '==> %s\n' "$*"; }
+die() { printf 'install-deps: FAILED: %s\n' "$*" >&2; exit 1; }
+trap 'rc=$?; [ $rc -eq 0 ] || printf "install-deps: FAILED (exit %s) at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND" >&2' EXIT
+
+# ---------------------------------------------------------------------------- Debian packages
+missing=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+have_pkg kcat || missing+=(kcat)
+have_pkg openssl || missing+=(openssl)
+command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ -f "$GO_DIR/go.mod" ] && ! command -v go >/dev/null 2>&1; then missing+=(golang-go); fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" -eq 0 ] || die "Debian packages missing (${missing[*]}) and not running as root"
+  step "apt-get update (needed for: ${missing[*]})"
+  DEBIAN_FRONTEND=noninteractive timeout 600 apt-get update -q \
+    || die "apt-get update failed"
+  step "apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive timeout 1200 apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    || die "apt-get install ${missing[*]} failed"
+else
+  step "Debian packages: kcat, openssl, JDK, Maven already installed"
+fi
+command -v kcat >/dev/null 2>&1 || die "kcat is not on PATH after installing Debian package kcat"
+command -v openssl >/dev/null 2>&1 || die "openssl is not on PATH after installing Debian package openssl"
+
+# ---------------------------------------------------------------------------- Python venv
+if [ ! -x "$VENV/bin/python" ]; then
+  step "creating $VENV"
+  python3 -m venv "$VENV" || die "python3 -m venv $VENV failed"
+fi
+if "$VENV/bin/python" - "${PY_PACKAGES[@]}" <<'EOF' >/dev/null 2>&1
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for spec in sys.argv[1:]:
+    name, _, want = spec.partition("==")
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
+then
+  step "Python packages already installed in .venv: ${PY_PACKAGES[*]}"
+else
+  step "pip install ${PY_PACKAGES[*]}"
+  timeout 900 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}" \
+    || die "pip install ${PY_PACKAGES[*]} into $VENV failed"
+fi
+
+# ---------------------------------------------------------------------------- Kafka jars
+[ -f "$POM" ] || die "$POM not found"
+pom_hash="$(sha256sum "$POM" | cut -d' ' -f1)"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$pom_hash" ] \
+   && ls "$JARS"/kafka_2.13-*.jar "$JARS"/kafka-tools-*.jar "$JARS"/kafka-clients-*.jar >/dev/null 2>&1; then
+  step "Kafka jars in build/kafka-jars are up to date with tests/java/pom.xml"
+else
+  step "fetching Kafka jars into build/kafka-jars (mvn dependency:copy-dependencies)"
+  tmp="$JARS.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$(dirname "$JARS")"
+  timeout 1200 mvn -q -B -f "$POM" dependency:copy-dependencies -DoutputDirectory="$tmp" \
+    || { rm -rf "$tmp"; die "mvn dependency:copy-dependencies on $POM failed"; }
+  ls "$tmp"/kafka_2.13-*.jar "$tmp"/kafka-tools-*.jar "$tmp"/kafka-clients-*.jar >/dev/null 2>&1 \
+    || { rm -rf "$tmp"; die "mvn ran but kafka_2.13, kafka-tools or kafka-clients jars are missing"; }
+  echo "$pom_hash" > "$tmp/.pom.sha256"
+  rm -rf "$JARS"
+  mv "$tmp" "$JARS"
+fi
+
+# ---------------------------------------------------------------------------- Go modules
+if [ -f "$GO_DIR/go.mod" ]; then
+  step "go mod download in tests/interop/go"
+  (cd "$GO_DIR" && timeout 900 go mod download) || die "go mod download in $GO_DIR failed"
+else
+  step "tests/interop/go has no go.mod; skipping go mod download"
+fi
+
+step "dependencies installed"

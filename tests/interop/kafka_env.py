@@ -1,0 +1,813 @@
+"""Processes for the interop tests: real Apache Kafka (KRaft) nodes, kshim, and Java tools.
+
+Everything here is bounded in time and every process is stopped by its own PID.
+Processes that are still alive when the interpreter exits are stopped by an atexit hook,
+so a failing or interrupted test run leaves nothing behind.
+
+Layout assumptions (all relative to the repository root):
+  build/kafka-jars/        jars copied by scripts/install-deps.sh from tests/java/pom.xml
+  target/release/kshim     the binary under test (override with KSHIM_BIN)
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import tomllib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INTEROP_DIR = Path(__file__).resolve().parent
+JARS_DIR = Path(os.environ.get("KSHIM_KAFKA_JARS", REPO_ROOT / "build" / "kafka-jars"))
+BROKER_LOG4J = INTEROP_DIR / "log4j2-broker.properties"
+TOOLS_LOG4J = INTEROP_DIR / "log4j2-tools.properties"
+FEATURE_INTEROP_SRC = INTEROP_DIR / "java" / "FeatureInterop.java"
+INSTALL_HINT = "bash scripts/install-deps.sh"
+
+KAFKA_START_TIMEOUT_S = float(os.environ.get("KSHIM_KAFKA_START_TIMEOUT", "90"))
+KSHIM_START_TIMEOUT_S = float(os.environ.get("KSHIM_START_TIMEOUT", "20"))
+STOP_TIMEOUT_S = 20.0
+JAVA_TOOL_TIMEOUT_S = 120.0
+
+
+class EnvError(RuntimeError):
+    """The test environment is missing something or a process misbehaved."""
+
+
+# --------------------------------------------------------------------------------------------
+# process bookkeeping
+
+
+_live_lock = threading.Lock()
+_live: dict[int, subprocess.Popen] = {}
+
+
+def _register(proc: subprocess.Popen) -> None:
+    with _live_lock:
+        _live[proc.pid] = proc
+
+
+def _unregister(proc: subprocess.Popen) -> None:
+    with _live_lock:
+        _live.pop(proc.pid, None)
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = STOP_TIMEOUT_S) -> int | None:
+    """SIGTERM the process by its PID, then SIGKILL it if it has not exited within `timeout`."""
+    if proc is None:
+        return None
+    try:
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=10)
+        return proc.returncode
+    finally:
+        _unregister(proc)
+
+
+@atexit.register
+def _stop_all_live() -> None:
+    with _live_lock:
+        procs = list(_live.values())
+    for proc in procs:
+        try:
+            stop_process(proc, timeout=10)
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+
+def _spawn(cmd: Sequence[str], *, cwd: Path, log_path: Path, env: dict | None = None) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=str(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            # Own session: a Ctrl-C in the terminal reaches pytest, which then stops this by PID.
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+    _register(proc)
+    return proc
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        data = Path(path).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return f"<{path} does not exist>"
+    return "\n".join(data[-lines:])
+
+
+# --------------------------------------------------------------------------------------------
+# ports
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that were free a moment ago."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def port_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def split_hostport(bootstrap: str) -> tuple[str, int]:
+    host, _, port = bootstrap.rpartition(":")
+    return host, int(port)
+
+
+# --------------------------------------------------------------------------------------------
+# a minimal ApiVersions v3 client, used to know when a node really answers
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _compact_str(buf: bytes, pos: int) -> tuple[str, int]:
+    n, pos = _uvarint(buf, pos)
+    n -= 1
+    return buf[pos : pos + n].decode(), pos + n
+
+
+def _skip_tags(buf: bytes, pos: int) -> int:
+    count, pos = _uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        pos += size
+    return pos
+
+
+@dataclass
+class ApiVersionsInfo:
+    error_code: int
+    api_keys: dict[int, tuple[int, int]]
+    supported: dict[str, tuple[int, int]] = field(default_factory=dict)
+    finalized: dict[str, tuple[int, int]] = field(default_factory=dict)
+    finalized_epoch: int | None = None
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise EnvError("connection closed mid-response")
+        out += chunk
+    return bytes(out)
+
+
+def api_versions(bootstrap: str, timeout: float = 5.0) -> ApiVersionsInfo:
+    """Send ApiVersions v3 and decode the response, including the feature tags 0-2."""
+    host, port = split_hostport(bootstrap)
+    client_id = b"kshim-interop"
+    header = struct.pack(">hhih", 18, 3, 1, len(client_id)) + client_id + b"\x00"
+    body = bytes([len(b"kshim-interop") + 1]) + b"kshim-interop" + bytes([2]) + b"0" + b"\x00"
+    frame = header + body
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+        resp = _recv_exact(sock, size)
+    pos = 4  # correlation id; the ApiVersions response header is always v0
+    (error_code,) = struct.unpack_from(">h", resp, pos)
+    pos += 2
+    if error_code != 0:
+        return ApiVersionsInfo(error_code, {})
+    n, pos = _uvarint(resp, pos)
+    keys = {}
+    for _ in range(n - 1):
+        key, lo, hi = struct.unpack_from(">hhh", resp, pos)
+        pos = _skip_tags(resp, pos + 6)
+        keys[key] = (lo, hi)
+    pos += 4  # throttle time
+    info = ApiVersionsInfo(error_code, keys)
+    ntags, pos = _uvarint(resp, pos)
+    for _ in range(ntags):
+        tag, pos = _uvarint(resp, pos)
+        size, pos = _uvarint(resp, pos)
+        end = pos + size
+        if tag == 0:
+            m, p = _uvarint(resp, pos)
+            for _ in range(m - 1):
+                name, p = _compact_str(resp, p)
+                lo, hi = struct.unpack_from(">hh", resp, p)
+                p = _skip_tags(resp, p + 4)
+                info.supported[name] = (lo, hi)
+        elif tag == 1:
+            (info.finalized_epoch,) = struct.unpack_from(">q", resp, pos)
+        elif tag == 2:
+            m, p = _uvarint(resp, pos)
+            for _ in range(m - 1):
+                name, p = _compact_str(resp, p)
+                hi, lo = struct.unpack_from(">hh", resp, p)
+                p = _skip_tags(resp, p + 4)
+                info.finalized[name] = (lo, hi)
+        pos = end
+    return info
+
+
+# --------------------------------------------------------------------------------------------
+# Java
+
+
+def require_jars() -> Path:
+    """The Kafka jars directory, or a loud failure naming the command that installs it."""
+    jars = list(JARS_DIR.glob("kafka_2.13-*.jar")) + list(JARS_DIR.glob("kafka-tools-*.jar"))
+    if len(jars) < 2 or not list(JARS_DIR.glob("kafka-clients-*.jar")):
+        raise EnvError(
+            f"Kafka jars are missing from {JARS_DIR} (need kafka_2.13, kafka-tools, kafka-clients). "
+            f"Run: {INSTALL_HINT}"
+        )
+    if shutil.which("java") is None:
+        raise EnvError("`java` is not on PATH; a JDK 17+ is needed to run Kafka and the Java clients")
+    return JARS_DIR
+
+
+def classpath(*extra: os.PathLike | str) -> str:
+    return os.pathsep.join([*(str(e) for e in extra), str(require_jars() / "*")])
+
+
+def _filter_noise(text: str) -> str:
+    keep = [
+        line
+        for line in text.splitlines()
+        if not line.startswith("SLF4J:") and not line.startswith("SLF4J(")
+    ]
+    return "\n".join(keep) + ("\n" if keep else "")
+
+
+@dataclass
+class JavaResult:
+    rc: int
+    stdout: str
+    stderr: str
+
+    def __iter__(self):  # allows `rc, out, err = run_...(...)`
+        return iter((self.rc, self.stdout, self.stderr))
+
+    def json_lines(self) -> list[dict]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+
+
+def run_java(
+    main_and_args: Sequence[str],
+    *,
+    extra_classpath: Iterable[os.PathLike | str] = (),
+    jvm_args: Sequence[str] = (),
+    timeout: float = JAVA_TOOL_TIMEOUT_S,
+    input_text: str | None = None,
+) -> JavaResult:
+    """Run `java -cp 'build/kafka-jars/*' MAIN ARGS...`; SLF4J noise is filtered from the output.
+
+    `main_and_args[0]` may be a class name or a single-file `.java` source.
+    """
+    cmd = [
+        "java",
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
+        *jvm_args,
+        "-cp",
+        classpath(*extra_classpath),
+        *main_and_args,
+    ]
+    try:
+        cp = subprocess.run(
+            cmd,
+            cwd=str(REPO_ROOT),
+            input=input_text,
+            stdin=None if input_text is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise EnvError(f"timed out after {timeout}s: {' '.join(cmd)}\nstdout:{e.stdout}\nstderr:{e.stderr}")
+    return JavaResult(cp.returncode, _filter_noise(cp.stdout), _filter_noise(cp.stderr))
+
+
+_compiled_lock = threading.Lock()
+_compiled: dict[Path, Path] = {}
+
+
+def compile_java(source: Path) -> Path:
+    """Compile a single-file program once per process; returns the classes directory."""
+    source = Path(source).resolve()
+    with _compiled_lock:
+        if source in _compiled:
+            return _compiled[source]
+        out = Path(tempfile.mkdtemp(prefix="kshim-javac-"))
+        atexit.register(shutil.rmtree, out, True)
+        try:
+            cp = subprocess.run(
+                ["javac", "-nowarn", "-d", str(out), "-cp", classpath(), str(source)],
+                capture_output=True,
+                text=True,
+                timeout=JAVA_TOOL_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            raise EnvError(f"javac timed out on {source}")
+        if cp.returncode != 0:
+            raise EnvError(f"javac failed on {source}:\n{cp.stdout}\n{cp.stderr}")
+        _compiled[source] = out
+        return out
+
+
+def run_feature_interop(bootstrap: str, *args: str, timeout: float = JAVA_TOOL_TIMEOUT_S) -> JavaResult:
+    """Run tests/interop/java/FeatureInterop.java against `bootstrap`."""
+    classes = compile_java(FEATURE_INTEROP_SRC)
+    return run_java(
+        ["FeatureInterop", "--bootstrap", bootstrap, *args],
+        extra_classpath=[classes],
+        timeout=timeout,
+    )
+
+
+def describe_features(bootstrap: str, *extra: str) -> dict:
+    """{"finalized": {name: {"min", "max"}}, "finalized_epoch": int|None, "supported": {...}}."""
+    res = run_feature_interop(bootstrap, "describe", *extra)
+    lines = res.json_lines()
+    if res.rc != 0 or len(lines) != 1:
+        raise EnvError(f"FeatureInterop describe failed rc={res.rc}\nstdout:{res.stdout}\nstderr:{res.stderr}")
+    return lines[0]
+
+
+def update_features(
+    bootstrap: str,
+    updates: Sequence[tuple[str, int, str]],
+    *,
+    validate_only: bool = False,
+    extra: Sequence[str] = (),
+) -> dict[str, dict]:
+    """Apply [(feature, level, UPGRADE|SAFE_DOWNGRADE|UNSAFE_DOWNGRADE)]; returns per-feature results."""
+    args = ["update"]
+    for name, level, upgrade_type in updates:
+        args += ["--feature", f"{name}={level}", "--type", upgrade_type]
+    if validate_only:
+        args.append("--validate-only")
+    res = run_feature_interop(bootstrap, *args, *extra)
+    lines = res.json_lines()
+    if res.rc != 0 or len(lines) != len(updates):
+        raise EnvError(f"FeatureInterop update failed rc={res.rc}\nstdout:{res.stdout}\nstderr:{res.stderr}")
+    return {line["feature"]: line for line in lines}
+
+
+def run_feature_command(
+    bootstrap: str, *args: str, command_config: Path | None = None, timeout: float = JAVA_TOOL_TIMEOUT_S
+) -> tuple[int, str, str]:
+    """`kafka-features.sh --bootstrap-server B ARGS...`; returns (rc, stdout, stderr)."""
+    cmd = ["org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap]
+    if command_config is not None:
+        cmd += ["--command-config", str(command_config)]
+    res = run_java([*cmd, *args], timeout=timeout)
+    return res.rc, res.stdout, res.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# real Kafka
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass
+class KafkaNode:
+    node_id: int
+    port: int
+    controller_port: int
+    dir: Path
+    properties_path: Path
+    log_path: Path  # INFO log written by log4j2
+    console_path: Path  # stdout/stderr of the JVM
+    extra_ports: list[int] = field(default_factory=list)  # for listeners a test adds
+    proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class KafkaCluster:
+    """N combined broker+controller KRaft nodes on loopback, in their own temp directory.
+
+    `format_args` go to `kafka.tools.StorageTool format`, e.g. ["--release-version", "4.0-IV3"]
+    or ["--feature", "group.version=0"]. `extra_properties` are added to every server.properties.
+    `listener_overrides` are properties whose values are str.format()ed per node with {port},
+    {controller_port}, {node_id} and {extra0}, {extra1}, ... (`extra_ports` more free ports per node).
+    """
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        *,
+        workdir: Path | None = None,
+        format_args: Sequence[str] = (),
+        extra_properties: dict[str, str] | None = None,
+        listener_overrides: dict[str, str] | None = None,
+        extra_ports: int = 0,
+        heap: str = "768m",
+    ):
+        require_jars()
+        if nodes < 1:
+            raise ValueError("nodes must be >= 1")
+        self.cluster_id = new_cluster_id()
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kshim-kafka-"))
+        self.format_args = list(format_args)
+        self.extra_properties = dict(extra_properties or {})
+        self.listener_overrides = dict(listener_overrides or {})
+        self.heap = heap
+        per_node = 2 + extra_ports
+        ports = free_ports(per_node * nodes)
+        self.nodes = [
+            KafkaNode(
+                node_id=i + 1,
+                port=ports[per_node * i],
+                controller_port=ports[per_node * i + 1],
+                extra_ports=ports[per_node * i + 2 : per_node * (i + 1)],
+                dir=self.workdir / f"node{i + 1}",
+                properties_path=self.workdir / f"node{i + 1}" / "server.properties",
+                log_path=self.workdir / f"node{i + 1}" / "server.log",
+                console_path=self.workdir / f"node{i + 1}" / "console.log",
+            )
+            for i in range(nodes)
+        ]
+
+    # -- public
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def log_path(self) -> Path:
+        return self.nodes[0].log_path
+
+    def start(self, timeout: float = KAFKA_START_TIMEOUT_S) -> "KafkaCluster":
+        try:
+            for node in self.nodes:
+                self._write_properties(node)
+                self._format(node)
+            for node in self.nodes:
+                self._launch(node)
+            deadline = time.monotonic() + timeout
+            for node in self.nodes:
+                self._wait_ready(node, deadline, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            stop_process(node.proc)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_workdir and not os.environ.get("KSHIM_KEEP_TMP"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "KafkaCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+    # -- internals
+
+    def _voters(self) -> str:
+        return ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+
+    def _write_properties(self, node: KafkaNode) -> None:
+        node.dir.mkdir(parents=True, exist_ok=True)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": self._voters(),
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(node.dir / "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": str(min(3, len(self.nodes))),
+            "transaction.state.log.replication.factor": str(min(3, len(self.nodes))),
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": str(min(3, len(self.nodes))),
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+        }
+        names = {f"extra{i}": p for i, p in enumerate(node.extra_ports)}
+        for key, value in self.listener_overrides.items():
+            props[key] = value.format(
+                port=node.port, controller_port=node.controller_port, node_id=node.node_id, **names
+            )
+        props.update(self.extra_properties)
+        node.properties_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _format(self, node: KafkaNode) -> None:
+        cmd = [
+            "java",
+            "-Xmx256m",
+            f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
+            "-cp",
+            classpath(),
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self.cluster_id,
+            "-c",
+            str(node.properties_path),
+            *self.format_args,
+        ]
+        try:
+            cp = subprocess.run(cmd, capture_output=True, text=True, timeout=JAVA_TOOL_TIMEOUT_S, cwd=str(node.dir))
+        except subprocess.TimeoutExpired:
+            raise EnvError(f"StorageTool format timed out for node {node.node_id}")
+        (node.dir / "format.log").write_text(cp.stdout + cp.stderr)
+        if cp.returncode != 0:
+            raise EnvError(f"StorageTool format failed (rc={cp.returncode}):\n{cp.stdout}\n{cp.stderr}")
+
+    def _launch(self, node: KafkaNode) -> None:
+        cmd = [
+            "java",
+            f"-Xmx{self.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={BROKER_LOG4J}",
+            f"-Dkafka.logs.dir={node.dir}",
+            "-cp",
+            classpath(),
+            "kafka.Kafka",
+            str(node.properties_path),
+        ]
+        node.proc = _spawn(cmd, cwd=node.dir, log_path=node.console_path)
+
+    def _wait_ready(self, node: KafkaNode, deadline: float, timeout: float) -> None:
+        last_err = "no attempt"
+        while time.monotonic() < deadline:
+            if not node.alive():
+                raise EnvError(
+                    f"Kafka node {node.node_id} exited with rc={node.proc.returncode} during startup\n"
+                    f"--- {node.console_path}:\n{tail(node.console_path)}\n--- {node.log_path}:\n{tail(node.log_path)}"
+                )
+            try:
+                info = api_versions(node.bootstrap, timeout=2.0)
+                if info.error_code == 0 and "metadata.version" in info.finalized:
+                    return
+                last_err = f"ApiVersions error={info.error_code} finalized={info.finalized}"
+            except (OSError, EnvError, struct.error, IndexError) as e:
+                last_err = repr(e)
+            time.sleep(0.5)
+        raise EnvError(
+            f"Kafka node {node.node_id} on {node.bootstrap} did not answer within {timeout}s ({last_err})\n"
+            f"--- {node.log_path} (last lines):\n{tail(node.log_path)}\n--- {node.console_path}:\n{tail(node.console_path)}"
+        )
+
+
+def start_kafka(nodes: int = 1, **kwargs) -> KafkaCluster:
+    """Start a KRaft cluster of `nodes` combined nodes; call `.cleanup()` when done."""
+    return KafkaCluster(nodes, **kwargs).start()
+
+
+# --------------------------------------------------------------------------------------------
+# kshim
+
+
+def kshim_binary() -> Path:
+    return Path(os.environ.get("KSHIM_BIN") or REPO_ROOT / "target" / "release" / "kshim")
+
+
+def require_kshim_binary(path: Path | None = None) -> Path:
+    path = Path(path or kshim_binary())
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise EnvError(
+            f"kshim binary not found or not executable at {path}. "
+            "Build it with `cargo build --release` in the repository root, or set KSHIM_BIN."
+        )
+    return path
+
+
+def _toml_top_level_keys(config_toml: str) -> set[str]:
+    try:
+        return set(tomllib.loads(config_toml).keys())
+    except tomllib.TOMLDecodeError as e:
+        raise EnvError(f"kshim test config is not valid TOML: {e}\n{config_toml}")
+
+
+def compose_kshim_config(config_toml: str, *, port: int, data_dir: Path, draft_tags: bool) -> str:
+    """The test's TOML plus the keys every test kshim needs, unless the test set them itself."""
+    keys = _toml_top_level_keys(config_toml)
+    head = []
+    defaults = {
+        "listen": f'"127.0.0.1:{port}"',
+        "advertised_listener": f'"127.0.0.1:{port}"',
+        "data_dir": json.dumps(str(data_dir)),
+        "node_id": "1",
+        "cluster_id": json.dumps(new_cluster_id()),
+    }
+    for key, value in defaults.items():
+        if key not in keys:
+            head.append(f"{key} = {value}")
+    tail_parts = []
+    if "discovery" not in keys:
+        tail_parts.append(f"[discovery]\ndraft_tags = {'true' if draft_tags else 'false'}\n")
+    return "\n".join(head) + "\n\n" + config_toml.strip() + "\n\n" + "\n".join(tail_parts)
+
+
+class KshimProcess:
+    """One `kshim serve` process with its own config file, data dir, port and log file."""
+
+    def __init__(
+        self,
+        config_toml: str = "",
+        *,
+        draft_tags: bool = True,
+        workdir: Path | None = None,
+        binary: Path | None = None,
+        extra_args: Sequence[str] = (),
+    ):
+        self.binary = require_kshim_binary(binary)
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kshim-"))
+        self.data_dir = self.workdir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.config_path = self.workdir / "kshim.toml"
+        self.config_text = compose_kshim_config(
+            config_toml, port=self.port, data_dir=self.data_dir, draft_tags=draft_tags
+        )
+        self.config_path.write_text(self.config_text)
+        self.log_path = self.workdir / "kshim.log"
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = KSHIM_START_TIMEOUT_S) -> "KshimProcess":
+        if self.alive():
+            raise EnvError("kshim already running")
+        cmd = [
+            str(self.binary),
+            "serve",
+            "--config",
+            str(self.config_path),
+            "--listen",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+            *self.extra_args,
+        ]
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start {' '.join(cmd)}\n".encode())
+        env = dict(os.environ)
+        env.setdefault("RUST_BACKTRACE", "1")
+        self.proc = _spawn(cmd, cwd=self.workdir, log_path=self.log_path, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                rc = self.proc.returncode
+                raise EnvError(f"kshim exited with rc={rc} during startup\n--- {self.log_path}:\n{tail(self.log_path)}")
+            if port_accepts("127.0.0.1", self.port, timeout=0.5):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise EnvError(f"kshim did not accept on {self.bootstrap} within {timeout}s\n{tail(self.log_path)}")
+
+    def stop(self) -> int | None:
+        rc = stop_process(self.proc)
+        return rc
+
+    def restart(self, timeout: float = KSHIM_START_TIMEOUT_S) -> "KshimProcess":
+        self.stop()
+        # The port was ours a moment ago; wait briefly for the kernel to let it go.
+        deadline = time.monotonic() + 10
+        while port_accepts("127.0.0.1", self.port, timeout=0.2) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.start(timeout)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_workdir and not os.environ.get("KSHIM_KEEP_TMP"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def kshim_feature_config(
+    finalized: dict[str, int],
+    supported: dict[str, tuple[int, int]],
+    extra: str = "",
+) -> str:
+    """A kshim config whose supported ranges and bootstrap levels are exactly the given ones."""
+    lines = [extra.strip(), "", "[features.supported]"]
+    for name, (lo, hi) in sorted(supported.items()):
+        lines.append(f'"{name}" = {{ min = {lo}, max = {hi} }}')
+    lines += ["", "[features.bootstrap]"]
+    # A supported feature that is not finalized is disabled (level 0); say so explicitly, since
+    # kshim otherwise finalizes every supported feature at its max level on first start.
+    levels = {name: 0 for name in supported}
+    levels.update(finalized)
+    for name, level in sorted(levels.items()):
+        lines.append(f'"{name}" = {level}')
+    return "\n".join(lines).strip() + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# pytest glue: environment problems fail the test loudly, never skip it
+
+
+def start_or_fail(thing):
+    """`thing.start()`; on EnvError clean it up and fail the current test with the error."""
+    import pytest
+
+    try:
+        return thing.start()
+    except EnvError as e:
+        msg = str(e)
+    thing.cleanup()
+    pytest.fail(msg, pytrace=False)
+
+
+def require_or_fail(check, *args):
+    """`check(*args)`; on EnvError fail the current test with the error."""
+    import pytest
+
+    try:
+        return check(*args)
+    except EnvError as e:
+        msg = str(e)
+    pytest.fail(msg, pytrace=False)
