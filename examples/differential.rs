@@ -283,8 +283,18 @@ async fn main() -> std::process::ExitCode {
                 }
             }
         }
-        let after_b = levels(&mut broker).await.expect("broker ApiVersions");
         let after_k = levels(&mut kshim).await.expect("kshim ApiVersions");
+        // A broker serves finalized features from its metadata cache, which
+        // follows the controller a moment later (the KIP's eventual consistency):
+        // give it up to five seconds to catch up before calling it a divergence.
+        let mut after_b = levels(&mut broker).await.expect("broker ApiVersions");
+        for _ in 0..50 {
+            if after_b == after_k {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            after_b = levels(&mut broker).await.expect("broker ApiVersions");
+        }
         if after_b != after_k {
             unexpected.push(format!(
                 "step {i}: {step:?}: levels differ: broker {after_b:?} kshim {after_k:?}"
