@@ -2,11 +2,10 @@
 //! asked for brokers (endpoint type 1) or for controllers (type 2), it lists itself,
 //! so that both `--bootstrap-server` and `--bootstrap-controller` tools work.
 
-use super::{check_version, cluster_authorized_operations, Context, HandlerError, Peer};
+use super::{cluster_authorized_operations, decode_request, Context, HandlerError, Peer};
 use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::encode_frame;
-use crate::protocol::RequestFrame;
 use bytes::Bytes;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterResponse};
@@ -18,11 +17,8 @@ const ENDPOINT_CONTROLLERS: i8 = 2;
 
 pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, HandlerError> {
     let api = ApiKey::DescribeCluster;
-    let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
+    let (request, body) = decode_request(api, MAX_VERSION, frame, requests::describe_cluster)?;
     let version = request.header.api_version;
-    check_version(api, version, MAX_VERSION)?;
-    let body = requests::describe_cluster(version, request.body())
-        .map_err(HandlerError::malformed(api, version))?;
 
     let mut response = DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(

@@ -1,11 +1,10 @@
 //! Metadata (key 3), v0-v13, in standalone mode: kshim is the only broker and the
 //! controller, and it hosts no topics.
 
-use super::{check_version, cluster_authorized_operations, Context, HandlerError, Peer};
+use super::{cluster_authorized_operations, decode_request, Context, HandlerError, Peer};
 use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::encode_frame;
-use crate::protocol::RequestFrame;
 use bytes::Bytes;
 use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponseTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataResponse};
@@ -15,11 +14,8 @@ pub const MAX_VERSION: i16 = 13;
 
 pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, HandlerError> {
     let api = ApiKey::Metadata;
-    let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
+    let (request, body) = decode_request(api, MAX_VERSION, frame, requests::metadata)?;
     let version = request.header.api_version;
-    check_version(api, version, MAX_VERSION)?;
-    let body = requests::metadata(version, request.body())
-        .map_err(HandlerError::malformed(api, version))?;
 
     let node = &ctx.node;
     let mut response = MetadataResponse::default()

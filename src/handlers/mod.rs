@@ -124,6 +124,22 @@ pub async fn dispatch(ctx: &Context, peer: &Peer, frame: Bytes) -> Action {
     }
 }
 
+/// Reads the header of a request to `api`, refuses versions above `max`, and
+/// decodes its body with `decode`: the preamble every body-decoding handler shares.
+pub(crate) fn decode_request<T>(
+    api: ApiKey,
+    max: i16,
+    frame: Bytes,
+    decode: fn(i16, &[u8]) -> Result<T, CodecError>,
+) -> Result<(crate::protocol::RequestFrame, T), HandlerError> {
+    let request =
+        crate::protocol::RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
+    let version = request.header.api_version;
+    check_version(api, version, max)?;
+    let body = decode(version, request.body()).map_err(HandlerError::malformed(api, version))?;
+    Ok((request, body))
+}
+
 /// Refuses versions outside what kshim advertises for `api`; Kafka closes the
 /// connection on those too.
 pub(crate) fn check_version(api: ApiKey, version: i16, max: i16) -> Result<(), HandlerError> {

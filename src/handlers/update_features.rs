@@ -4,12 +4,11 @@
 //! per-feature results; a success carries one result per requested feature in
 //! v0-v1 and none in v2.
 
-use super::{check_version, Context, HandlerError, Peer};
+use super::{decode_request, Context, HandlerError, Peer};
 use crate::features::{FeatureUpdate, UpdateRejection, UpgradeType};
 use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::encode_frame;
-use crate::protocol::RequestFrame;
 use bytes::Bytes;
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest, UpdateFeaturesResponse};
@@ -22,11 +21,8 @@ const FAILED_PREFIX: &str =
 
 pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, HandlerError> {
     let api = ApiKey::UpdateFeatures;
-    let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
+    let (request, body) = decode_request(api, MAX_VERSION, frame, requests::update_features)?;
     let version = request.header.api_version;
-    check_version(api, version, MAX_VERSION)?;
-    let body = requests::update_features(version, request.body())
-        .map_err(HandlerError::malformed(api, version))?;
     let correlation_id = request.header.correlation_id;
 
     if !ctx.authorizer.may_alter_cluster(&peer.principal) {
