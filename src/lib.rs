@@ -13,6 +13,8 @@ pub mod controller;
 pub mod features;
 pub mod handlers;
 pub mod protocol;
+pub mod proxy;
 pub mod server;
 pub mod standalone;
 pub mod store;
+pub mod upstream;

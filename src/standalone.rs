@@ -52,6 +52,7 @@ impl Standalone {
                 supported: config.supported_features(),
                 bootstrap: config.bootstrap.clone(),
                 dependencies: config.effective_dependencies(),
+                ownership: crate::features::Ownership::default(),
             },
         )?);
         let listener =
@@ -78,6 +79,7 @@ impl Standalone {
             authorizer: Authorizer {
                 alter_cluster: config.alter_cluster.clone(),
             },
+            upstream: None,
         });
         let limits = Limits {
             max_frame_bytes: config.max_frame_bytes,
@@ -94,13 +96,25 @@ impl Standalone {
 
     /// Serves until `shutdown` turns true.
     pub async fn serve(self, shutdown: watch::Receiver<bool>) {
-        server::serve(self.listener, self.context, self.limits, shutdown).await;
+        let permits = Arc::new(tokio::sync::Semaphore::new(self.limits.max_connections));
+        server::serve(
+            self.listener,
+            crate::upstream::Route::Bootstrap,
+            self.context,
+            self.limits,
+            permits,
+            shutdown,
+        )
+        .await;
     }
 }
 
 /// What clients are told: the advertised listener, or the listen host with the
 /// port actually bound (so that port 0 works).
-fn advertised_address(config: &Config, bound: SocketAddr) -> Result<NodeAddress, StartError> {
+pub(crate) fn advertised_address(
+    config: &Config,
+    bound: SocketAddr,
+) -> Result<NodeAddress, StartError> {
     let text = config.advertised_listener.clone().unwrap_or_else(|| {
         let host = config
             .listen

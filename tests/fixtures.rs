@@ -25,6 +25,7 @@ use kshim::protocol::draft_tags::{
 use kshim::protocol::requests;
 use kshim::protocol::wire::{put_compact_string, put_uvarint, Reader};
 use kshim::standalone::Standalone;
+use kshim::upstream::Route;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -451,17 +452,18 @@ async fn standalone(
     )
 }
 
-fn peer() -> Peer {
-    Peer {
+fn peer() -> Arc<Peer> {
+    Arc::new(Peer {
         addr: "127.0.0.1:40000".parse().unwrap(),
         principal: ANONYMOUS.to_owned(),
-    }
+        route: Route::Bootstrap,
+    })
 }
 
-async fn answer(ctx: &Context, request: &Fixture) -> Bytes {
-    match dispatch(ctx, &peer(), request.frame()).await {
+async fn answer(ctx: &Arc<Context>, request: &Fixture) -> Bytes {
+    match dispatch(ctx, &peer(), request.frame()).settle().await {
         Action::Respond(frame) => frame,
-        Action::Close(why) => panic!("{}: kshim closed the connection: {why}", request.file),
+        other => panic!("{}: kshim did not answer: {other:?}", request.file),
     }
 }
 
@@ -508,13 +510,14 @@ fn api_versions_requests() -> Vec<Fixture> {
 
 /// A context that advertises the broker's whole API table, so that the complete
 /// answer body can be compared with the broker's.
-fn with_api_table(ctx: &Context, apis: Vec<ApiRange>, draft_tags: bool) -> Context {
-    Context {
+fn with_api_table(ctx: &Context, apis: Vec<ApiRange>, draft_tags: bool) -> Arc<Context> {
+    Arc::new(Context {
         controller: Arc::clone(&ctx.controller),
         discovery: Discovery::new(apis, draft_tags, ctx.controller.snapshot()).unwrap(),
         node: ctx.node.clone(),
         authorizer: ctx.authorizer.clone(),
-    }
+        upstream: None,
+    })
 }
 
 #[tokio::test]

@@ -21,6 +21,7 @@ use kshim::handlers::{dispatch, Action, Context, Peer, ANONYMOUS};
 use kshim::protocol::frame::FrameCodec;
 use kshim::protocol::{api_versions, requests, RequestFrame};
 use kshim::standalone::Standalone;
+use kshim::upstream::Route;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::panic::AssertUnwindSafe;
@@ -397,17 +398,21 @@ async fn mutated_frames_never_panic_or_corrupt_the_state() {
         .await
         .expect("standalone kshim starts");
     let ctx: Arc<Context> = Arc::clone(&kshim.context);
-    let peer = Peer {
+    let peer = Arc::new(Peer {
         addr: "127.0.0.1:40000".parse().unwrap(),
         principal: ANONYMOUS.to_owned(),
-    };
+        route: Route::Bootstrap,
+    });
 
     let (mut corpus, answers) = fixture_seeds();
     corpus.extend(synthesized_seeds());
     let mut answer_bodies: Vec<Vec<u8>> = answers.into_iter().map(|(_, b)| b).collect();
     // kshim's own answers, draft tags included, as seeds for decode_response.
     for seed_frame in corpus.clone() {
-        if let Action::Respond(frame) = dispatch(&ctx, &peer, Bytes::from(seed_frame)).await {
+        if let Action::Respond(frame) = dispatch(&ctx, &peer, Bytes::from(seed_frame))
+            .settle()
+            .await
+        {
             answer_bodies.push(frame[8..].to_vec());
         }
     }
@@ -431,7 +436,7 @@ async fn mutated_frames_never_panic_or_corrupt_the_state() {
             )
         };
 
-        let action = AssertUnwindSafe(dispatch(&ctx, &peer, Bytes::from(input.clone())))
+        let action = AssertUnwindSafe(dispatch(&ctx, &peer, Bytes::from(input.clone())).settle())
             .catch_unwind()
             .await;
         match action {
@@ -448,6 +453,10 @@ async fn mutated_frames_never_panic_or_corrupt_the_state() {
                 assert_eq!(frame[4..8], input[4..8], "correlation id at {}", context());
             }
             Ok(Action::Close(_)) => closed += 1,
+            Ok(other) => panic!(
+                "a standalone kshim must answer or close, not {other:?}, at {}",
+                context()
+            ),
         }
         let now = ctx.controller.snapshot();
         if !Arc::ptr_eq(&now, &snapshot) {

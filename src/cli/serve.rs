@@ -1,7 +1,8 @@
-//! `kshim serve`: the standalone discovery server.
+//! `kshim serve`: the standalone discovery server, or with an upstream the proxy.
 
 use anyhow::{bail, Context as _, Result};
-use kshim::config::Config;
+use kshim::config::{Config, UpstreamConfig};
+use kshim::proxy::Proxy;
 use kshim::standalone::Standalone;
 use std::path::PathBuf;
 use tokio::sync::watch;
@@ -20,6 +21,10 @@ pub struct ServeArgs {
     /// Where the finalized features are kept (default ./kshim-data).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Stand in front of this Kafka cluster: HOST:PORT[,HOST:PORT...] of its
+    /// brokers (overrides upstream.bootstrap).
+    #[arg(long)]
+    upstream: Option<String>,
 }
 
 fn load_config(args: &ServeArgs) -> Result<Config> {
@@ -40,6 +45,15 @@ fn load_config(args: &ServeArgs) -> Result<Config> {
     if let Some(v) = &args.data_dir {
         config.data_dir = v.clone();
     }
+    if let Some(v) = &args.upstream {
+        let upstream = config.upstream.get_or_insert_with(UpstreamConfig::default);
+        upstream.bootstrap = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
     let mut errors = Vec::new();
     config.validate(&mut errors);
     if !errors.is_empty() {
@@ -50,6 +64,9 @@ fn load_config(args: &ServeArgs) -> Result<Config> {
 
 pub async fn run(args: ServeArgs) -> Result<()> {
     let config = load_config(&args)?;
+    if let Some(upstream) = config.upstream.clone() {
+        return run_proxy(&config, &upstream).await;
+    }
     let server = Standalone::bind(&config).await?;
     if config.alter_cluster.is_none() {
         tracing::warn!(
@@ -76,6 +93,31 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         let _ = stop_tx.send(true);
     });
     server.serve(stop_rx).await;
+    Ok(())
+}
+
+async fn run_proxy(config: &Config, upstream: &UpstreamConfig) -> Result<()> {
+    let proxy = Proxy::bind(config, upstream).await?;
+    if config.alter_cluster.is_none() {
+        tracing::warn!(
+            "authorization.alter_cluster is not set: every client may finalize kshim-owned features"
+        );
+    }
+    tracing::info!(
+        epoch = proxy.context.controller.snapshot().finalized.epoch,
+        data_dir = %config.data_dir.display(),
+        "kshim proxy for {} listening on {}",
+        upstream.bootstrap.join(","),
+        proxy.local_addr
+    );
+    println!("kshim listening on {}", proxy.local_addr);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+    proxy.serve(stop_rx).await;
     Ok(())
 }
 

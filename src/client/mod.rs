@@ -58,13 +58,23 @@ impl KafkaClient {
                 reason: e.to_string(),
             })?;
         let _ = stream.set_nodelay(true);
-        Ok(KafkaClient {
+        Ok(KafkaClient::from_stream(stream, addr, timeout, "kshim-cli"))
+    }
+
+    /// A client on an already connected stream.
+    pub fn from_stream(
+        stream: TcpStream,
+        addr: &str,
+        timeout: Duration,
+        client_id: &str,
+    ) -> KafkaClient {
+        KafkaClient {
             addr: addr.to_owned(),
             framed: Framed::new(stream, FrameCodec::default()),
             next_correlation_id: 1,
             timeout,
-            client_id: "kshim-cli".to_owned(),
-        })
+            client_id: client_id.to_owned(),
+        }
     }
 
     pub fn addr(&self) -> &str {

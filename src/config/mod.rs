@@ -27,6 +27,44 @@ pub struct Config {
     pub dependencies: Dependencies,
     /// `None`: no authorizer, everyone may alter the cluster.
     pub alter_cluster: Option<HashSet<String>>,
+    /// Features that stay kshim's in front of a cluster: names, or prefixes ending in `*`.
+    pub kshim_owned: Vec<String>,
+    /// `None`: a standalone discovery server.
+    pub upstream: Option<UpstreamConfig>,
+}
+
+/// `[upstream]`: the cluster kshim stands in front of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// HOST:PORT of upstream brokers, tried in order.
+    pub bootstrap: Vec<String>,
+    pub refresh_interval_ms: u64,
+    pub connect_timeout_ms: u64,
+    /// The largest response accepted from a broker.
+    pub max_response_bytes: usize,
+    /// The address per-broker listeners bind; default: the listen host.
+    pub listener_host: Option<String>,
+    /// The host clients are told for per-broker listeners; default: the host of
+    /// `advertised_listener`, else the listener host.
+    pub advertised_host: Option<String>,
+    /// Node N listens on port_base + N; default: the listen port; 0: ephemeral.
+    pub port_base: Option<u16>,
+    pub ports: BTreeMap<i32, u16>,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            bootstrap: Vec::new(),
+            refresh_interval_ms: 5_000,
+            connect_timeout_ms: 5_000,
+            max_response_bytes: 256 * 1024 * 1024,
+            listener_host: None,
+            advertised_host: None,
+            port_base: None,
+            ports: BTreeMap::new(),
+        }
+    }
 }
 
 impl Default for Config {
@@ -44,6 +82,8 @@ impl Default for Config {
             bootstrap: None,
             dependencies: Dependencies::default(),
             alter_cluster: None,
+            kshim_owned: Vec::new(),
+            upstream: None,
         }
     }
 }
@@ -232,7 +272,12 @@ impl Config {
             let discovery = top.table("discovery");
             let features = top.table("features");
             let authorization = top.table("authorization");
+            let upstream = top.table("upstream");
             top.finish();
+
+            if let Some(t) = upstream {
+                c.upstream = Some(parse_upstream(t, &mut errors));
+            }
 
             if let Some(t) = discovery {
                 let mut w = walker("discovery", t, &mut errors);
@@ -288,6 +333,43 @@ impl Config {
                 }
             }
         }
+        if let Some(u) = &self.upstream {
+            if u.bootstrap.is_empty() {
+                errors.push("upstream.bootstrap: give at least one HOST:PORT".into());
+            }
+            for b in &u.bootstrap {
+                check_host_port("upstream.bootstrap", b, errors);
+            }
+            if u.refresh_interval_ms == 0 {
+                errors.push("upstream.refresh_interval_ms: must be at least 1".into());
+            }
+            if u.connect_timeout_ms == 0 {
+                errors.push("upstream.connect_timeout_ms: must be at least 1".into());
+            }
+            if u.max_response_bytes < 1024 {
+                errors.push(format!(
+                    "upstream.max_response_bytes: {} is too small for any Kafka response",
+                    u.max_response_bytes
+                ));
+            }
+            let mut taken: BTreeMap<u16, i32> = BTreeMap::new();
+            for (&node, &port) in &u.ports {
+                if port != 0 {
+                    if let Some(other) = taken.insert(port, node) {
+                        errors.push(format!(
+                            "upstream.listeners.ports: nodes {other} and {node} both have port {port}"
+                        ));
+                    }
+                }
+            }
+        }
+        for p in &self.kshim_owned {
+            if p.is_empty() || p == "*" {
+                errors.push(format!(
+                    "features.ownership.kshim_owned: \"{p}\" would claim every feature; name features or prefixes such as \"acme.*\""
+                ));
+            }
+        }
         let supported = self.supported_features();
         for (f, _, req) in self.dependencies.iter() {
             for name in [f, req.feature.as_str()] {
@@ -320,12 +402,96 @@ impl Config {
     }
 }
 
+/// A list of strings, or one comma-separated string.
+fn string_list(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<Vec<String>> {
+    match v {
+        toml::Value::String(s) => Some(
+            s.split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        ),
+        toml::Value::Array(items) => {
+            let out: Option<Vec<String>> = items
+                .iter()
+                .map(|i| i.as_str().map(str::to_owned))
+                .collect();
+            if out.is_none() {
+                errors.push(format!("{key}: expected a list of strings"));
+            }
+            out
+        }
+        other => {
+            errors.push(format!(
+                "{key}: expected a string or a list of strings, found {}",
+                other.type_str()
+            ));
+            None
+        }
+    }
+}
+
+fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> UpstreamConfig {
+    let mut u = UpstreamConfig::default();
+    let mut w = walker("upstream", t, errors);
+    if let Some(v) = w.get("bootstrap") {
+        if let Some(list) = string_list(v, "upstream.bootstrap", w.errors) {
+            u.bootstrap = list;
+        }
+    }
+    if let Some(v) = w.int::<u64>("refresh_interval_ms", "a positive number of milliseconds") {
+        u.refresh_interval_ms = v;
+    }
+    if let Some(v) = w.int::<u64>("connect_timeout_ms", "a positive number of milliseconds") {
+        u.connect_timeout_ms = v;
+    }
+    if let Some(v) = w.int::<usize>("max_response_bytes", "a positive size") {
+        u.max_response_bytes = v;
+    }
+    let listeners = w.table("listeners");
+    w.finish();
+    if let Some(t) = listeners {
+        let mut w = walker("upstream.listeners", t, errors);
+        u.listener_host = w.string("host");
+        u.advertised_host = w.string("advertised_host");
+        u.port_base = w.int::<u16>("port_base", "0 to 65535");
+        let ports = w.table("ports");
+        w.finish();
+        for (node, port) in ports.into_iter().flatten() {
+            let key = format!("upstream.listeners.ports.\"{node}\"");
+            let Ok(node_id) = node.parse::<i32>() else {
+                errors.push(format!("{key}: the key must be a node id"));
+                continue;
+            };
+            match port.as_integer().map(u16::try_from) {
+                Some(Ok(p)) => {
+                    u.ports.insert(node_id, p);
+                }
+                _ => errors.push(format!("{key}: expected a port (0 to 65535)")),
+            }
+        }
+    }
+    u
+}
+
 fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
     let mut w = walker("features", t, errors);
     let supported = w.table("supported");
     let bootstrap = w.table("bootstrap");
     let dependencies = w.table("dependencies");
+    let ownership = w.table("ownership");
     w.finish();
+
+    if let Some(t) = ownership {
+        let mut w = walker("features.ownership", t, errors);
+        if let Some(v) = w.get("kshim_owned") {
+            if let Some(list) = string_list(v, "features.ownership.kshim_owned", w.errors) {
+                c.kshim_owned = list;
+            }
+        }
+        w.finish();
+    }
 
     if let Some(t) = supported {
         let mut out = SupportedFeatures::new();
@@ -453,6 +619,46 @@ mod tests {
             1
         );
         assert!(c.alter_cluster.unwrap().contains("User:admin"));
+        assert!(c.upstream.is_none());
+    }
+
+    #[test]
+    fn an_upstream_section_parses() {
+        let c = Config::from_toml(
+            r#"
+            listen = "127.0.0.1:19092"
+            [upstream]
+            bootstrap = "127.0.0.1:9092, 127.0.0.1:9093"
+            refresh_interval_ms = 1000
+            [upstream.listeners]
+            port_base = 19100
+            advertised_host = "proxy.example"
+            [upstream.listeners.ports]
+            "1001" = 19201
+            [features.ownership]
+            kshim_owned = ["acme.*", "kshim.interop.version"]
+            "#,
+        )
+        .unwrap();
+        let u = c.upstream.unwrap();
+        assert_eq!(u.bootstrap, vec!["127.0.0.1:9092", "127.0.0.1:9093"]);
+        assert_eq!(u.port_base, Some(19100));
+        assert_eq!(u.ports[&1001], 19201);
+        assert_eq!(c.kshim_owned.len(), 2);
+        let err = Config::from_toml(
+            "[upstream]\nbootstrap = []\nwat = 1\n[upstream.listeners.ports]\n\"x\" = 1\n\"2\" = 70000\n[features.ownership]\nkshim_owned = \"*\"",
+        )
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "upstream.bootstrap: give at least one",
+            "upstream.wat: unknown key",
+            "the key must be a node id",
+            "expected a port",
+            "would claim every feature",
+        ] {
+            assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+        }
     }
 
     #[test]

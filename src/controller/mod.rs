@@ -2,12 +2,17 @@
 //! one UpdateFeatures at a time, and makes each change durable before anyone can
 //! see it.
 //!
+//! In front of a cluster it also holds the mirror of the upstream's features: the
+//! snapshot clients see merges both (`features::merge`), with one epoch that moves
+//! whenever either part changes and never goes back.
+//!
 //! Owns the live `FeatureSnapshot` (swapped whole, never edited in place) and the
 //! store. Knows no wire format.
 
 use crate::features::{
-    incompatibilities, plan_update, Dependencies, FeatureSnapshot, FeatureUpdate,
-    FinalizedFeatures, Incompatibility, SupportedFeatures, Supporter, UpdatePlan, UpdateRejection,
+    incompatibilities, merge, plan_update, Dependencies, FeatureSnapshot, FeatureUpdate,
+    FinalizedFeatures, Incompatibility, Mirror, Owner, Ownership, SupportedFeatures, Supporter,
+    UpdatePlan, UpdateRejection,
 };
 use crate::protocol::error_codes;
 use crate::store::{FeatureStore, StoreError, StoredState};
@@ -44,18 +49,33 @@ pub struct ControllerSettings {
     /// Levels to finalize on first start; `None` means every supported max.
     pub bootstrap: Option<BTreeMap<String, i16>>,
     pub dependencies: Dependencies,
+    /// Which features stay kshim's in front of a cluster.
+    pub ownership: Ownership,
+}
+
+/// What the controller changes, one change at a time.
+struct OwnState {
+    /// kshim's own levels; `epoch` is the epoch clients see.
+    own: FinalizedFeatures,
+    mirror: Option<Mirror>,
 }
 
 pub struct FeatureController {
     node_id: i32,
     cluster_id: String,
     snapshot: ArcSwap<FeatureSnapshot>,
-    supporters: Vec<Supporter>,
+    /// Published with the snapshot, for deciding who owns a requested feature.
+    mirror: ArcSwap<Option<Mirror>>,
+    own_supported: SupportedFeatures,
+    ownership: Ownership,
+    local: Supporter,
+    /// Upstream brokers, each bounding the kshim-owned features it advertises.
+    upstream_supporters: ArcSwap<Vec<Supporter>>,
     dependencies: Dependencies,
     store: Arc<dyn FeatureStore>,
     /// Kafka's controller handles one UpdateFeatures at a time; so does kshim. An
     /// async mutex, because the holder awaits the store.
-    update_lock: tokio::sync::Mutex<()>,
+    state: tokio::sync::Mutex<OwnState>,
 }
 
 impl FeatureController {
@@ -65,7 +85,7 @@ impl FeatureController {
         store: Arc<dyn FeatureStore>,
         settings: ControllerSettings,
     ) -> Result<FeatureController, ControllerError> {
-        let finalized_and_id = match store.load()? {
+        let (own, cluster_id, mirror) = match store.load()? {
             Some(stored) => {
                 if let Some(configured) = &settings.cluster_id {
                     if *configured != stored.cluster_id {
@@ -75,11 +95,17 @@ impl FeatureController {
                         });
                     }
                 }
-                let found = incompatibilities(&settings.supported, &stored.finalized);
+                // Levels kept for features the upstream now owns are not served,
+                // so they cannot make this instance incompatible.
+                let mut served = stored.finalized.clone();
+                served.levels.retain(|name, _| {
+                    settings.ownership.owner(name, stored.mirror.as_ref()) == Owner::Kshim
+                });
+                let found = incompatibilities(&settings.supported, &served);
                 if !found.is_empty() {
                     return Err(ControllerError::Incompatible(found));
                 }
-                (stored.finalized, stored.cluster_id)
+                (stored.finalized, stored.cluster_id, stored.mirror)
             }
             None => {
                 let levels = bootstrap_levels(&settings)?;
@@ -87,6 +113,7 @@ impl FeatureController {
                 let state = StoredState {
                     cluster_id,
                     finalized: FinalizedFeatures { epoch: 0, levels },
+                    mirror: None,
                 };
                 store.save(&state)?;
                 tracing::info!(
@@ -94,25 +121,32 @@ impl FeatureController {
                     "bootstrapped finalized features: {:?}",
                     state.finalized.levels
                 );
-                (state.finalized, state.cluster_id)
+                (state.finalized, state.cluster_id, None)
             }
         };
-        let (finalized, cluster_id) = finalized_and_id;
-        let supporters = vec![Supporter {
+        let local = Supporter {
             label: format!("Local controller {}", settings.node_id),
             features: settings.supported.clone(),
-        }];
+            only_listed: false,
+        };
+        let snapshot = merge(
+            &settings.supported,
+            &own,
+            mirror.as_ref(),
+            &settings.ownership,
+        );
         Ok(FeatureController {
             node_id: settings.node_id,
             cluster_id,
-            snapshot: ArcSwap::from_pointee(FeatureSnapshot {
-                supported: settings.supported,
-                finalized,
-            }),
-            supporters,
+            snapshot: ArcSwap::from_pointee(snapshot),
+            mirror: ArcSwap::from_pointee(mirror.clone()),
+            own_supported: settings.supported,
+            ownership: settings.ownership,
+            local,
+            upstream_supporters: ArcSwap::from_pointee(Vec::new()),
             dependencies: settings.dependencies,
             store,
-            update_lock: tokio::sync::Mutex::new(()),
+            state: tokio::sync::Mutex::new(OwnState { own, mirror }),
         })
     }
 
@@ -129,6 +163,63 @@ impl FeatureController {
         self.snapshot.load_full()
     }
 
+    /// Who decides the level of `name` now.
+    pub fn owner(&self, name: &str) -> Owner {
+        self.ownership
+            .owner(name, self.mirror.load().as_ref().as_ref())
+    }
+
+    /// Takes in the upstream's feature state as the latest refresh saw it, and the
+    /// upstream brokers as supporters of kshim-owned features. A change of the
+    /// mirrored levels moves the epoch to max(epoch + 1, upstream epoch), so that
+    /// it never goes back and follows the upstream's when only the upstream moves.
+    pub async fn apply_mirror(&self, mirror: Mirror, supporters: Vec<Supporter>) {
+        self.upstream_supporters.store(Arc::new(supporters));
+        let mut state = self.state.lock().await;
+        let unchanged = state.mirror.as_ref().is_some_and(|m| {
+            m.supported == mirror.supported && m.finalized.levels == mirror.finalized.levels
+        });
+        if unchanged {
+            return;
+        }
+        let current = self.snapshot.load_full();
+        let mut own = state.own.clone();
+        let mut next = merge(&self.own_supported, &own, Some(&mirror), &self.ownership);
+        if next.finalized.levels != current.finalized.levels {
+            own.epoch = (own.epoch + 1).max(mirror.finalized.epoch);
+            next.finalized.epoch = own.epoch;
+        }
+        let saved = StoredState {
+            cluster_id: self.cluster_id.clone(),
+            finalized: own.clone(),
+            mirror: Some(mirror.clone()),
+        };
+        if let Err(reason) = self.save(saved).await {
+            tracing::error!("upstream features not mirrored, the store refused them: {reason}");
+            return;
+        }
+        if next.finalized != current.finalized {
+            tracing::info!(
+                epoch = next.finalized.epoch,
+                "finalized features changed upstream: {:?}",
+                mirror.finalized.levels
+            );
+        }
+        state.own = own;
+        state.mirror = Some(mirror.clone());
+        self.mirror.store(Arc::new(Some(mirror)));
+        self.snapshot.store(Arc::new(next));
+    }
+
+    async fn save(&self, state: StoredState) -> Result<(), String> {
+        let store = Arc::clone(&self.store);
+        match tokio::task::spawn_blocking(move || store.save(&state)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("the store task failed: {e}")),
+        }
+    }
+
     /// Validates `updates` and, unless `validate_only`, applies them: persisted
     /// first, then published. Waits at most `timeout` for an update in progress.
     pub async fn update(
@@ -137,7 +228,7 @@ impl FeatureController {
         validate_only: bool,
         timeout: Duration,
     ) -> Result<UpdatePlan, UpdateRejection> {
-        let _turn = tokio::time::timeout(timeout, self.update_lock.lock())
+        let mut state = tokio::time::timeout(timeout, self.state.lock())
             .await
             .map_err(|_| UpdateRejection {
                 feature: None,
@@ -148,28 +239,25 @@ impl FeatureController {
                 ),
             })?;
         let current = self.snapshot.load_full();
+        let mut supporters = vec![self.local.clone()];
+        supporters.extend(self.upstream_supporters.load().iter().cloned());
         let plan = plan_update(
             &current.finalized,
-            &self.supporters,
+            &supporters,
             &self.dependencies,
             &updates,
         )?;
         if validate_only || plan.changes.is_empty() {
             return Ok(plan);
         }
-        let next = current.finalized.with_levels(&plan.changes);
-        let state = StoredState {
+        let mut own = state.own.with_levels(&plan.changes);
+        own.epoch = current.finalized.epoch + 1;
+        let saved = StoredState {
             cluster_id: self.cluster_id.clone(),
-            finalized: next.clone(),
+            finalized: own.clone(),
+            mirror: state.mirror.clone(),
         };
-        let store = Arc::clone(&self.store);
-        let saved = tokio::task::spawn_blocking(move || store.save(&state)).await;
-        let failure = match saved {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(e) => Some(format!("the store task failed: {e}")),
-        };
-        if let Some(reason) = failure {
+        if let Err(reason) = self.save(saved).await {
             tracing::error!("feature update not applied, the store refused it: {reason}");
             return Err(UpdateRejection {
                 feature: None,
@@ -179,14 +267,18 @@ impl FeatureController {
             });
         }
         tracing::info!(
-            epoch = next.epoch,
+            epoch = own.epoch,
             "finalized features changed: {:?}",
             plan.changes
         );
-        self.snapshot.store(Arc::new(FeatureSnapshot {
-            supported: current.supported.clone(),
-            finalized: next,
-        }));
+        let next = merge(
+            &self.own_supported,
+            &own,
+            state.mirror.as_ref(),
+            &self.ownership,
+        );
+        state.own = own;
+        self.snapshot.store(Arc::new(next));
         Ok(plan)
     }
 }
@@ -256,6 +348,7 @@ mod tests {
             supported: kafka::supported_features(),
             bootstrap: None,
             dependencies: kafka::dependencies(),
+            ownership: Ownership::default(),
         }
     }
 
@@ -332,7 +425,7 @@ mod tests {
     async fn a_busy_controller_times_out() {
         let dir = tempfile::tempdir().unwrap();
         let c = open(dir.path(), settings()).unwrap();
-        let _held = c.update_lock.lock().await;
+        let _held = c.state.lock().await;
         let err = c
             .update(vec![], false, Duration::from_millis(20))
             .await

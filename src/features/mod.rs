@@ -6,9 +6,11 @@
 
 pub mod dependencies;
 pub mod kafka;
+pub mod ownership;
 pub mod update;
 
 pub use dependencies::{Dependencies, Requirement};
+pub use ownership::{merge, Mirror, Owner, Ownership};
 pub use update::{plan_update, FeatureUpdate, Supporter, UpdatePlan, UpdateRejection, UpgradeType};
 
 use std::collections::BTreeMap;

@@ -79,6 +79,9 @@ pub struct FeatureUpdate {
 pub struct Supporter {
     pub label: String,
     pub features: SupportedFeatures,
+    /// An upstream broker bounds only the features it advertises; kshim itself
+    /// must support every feature it finalizes.
+    pub only_listed: bool,
 }
 
 /// Why a request was refused: the feature that failed first, the Kafka error code,
@@ -245,7 +248,7 @@ fn check_metadata_version(
 
 fn reason_not_supported(supporters: &[Supporter], name: &str, level: i16) -> Option<String> {
     supporters.iter().find_map(|s| match s.features.get(name) {
-        None if level == 0 => None,
+        None if level == 0 || s.only_listed => None,
         None => Some(format!("{} does not support this feature.", s.label)),
         Some(range) if !range.contains(level) => {
             Some(format!("{} only supports versions {}", s.label, range))
@@ -272,6 +275,7 @@ mod tests {
         let supporters = vec![Supporter {
             label: "Local controller 1".into(),
             features: kafka::supported_features(),
+            only_listed: false,
         }];
         (finalized, supporters, kafka::dependencies())
     }

@@ -38,16 +38,18 @@ pub const STANDALONE_APIS: &[ApiRange] = &[
     },
 ];
 
-/// Encoded answer bodies for one snapshot: per version, without and with the
-/// draft tags.
+/// Encoded answer bodies for one snapshot and API table: per version, without and
+/// with the draft tags.
 struct Answers {
     snapshot: Arc<FeatureSnapshot>,
+    apis: Arc<Vec<ApiRange>>,
     bodies: Vec<[Bytes; 2]>,
 }
 
-/// What kshim advertises, and the cache of its encoded answers.
+/// What kshim advertises, and the cache of its encoded answers. In front of a
+/// cluster the API table follows the upstream (`set_apis`).
 pub struct Discovery {
-    apis: Vec<ApiRange>,
+    apis: ArcSwap<Vec<ApiRange>>,
     draft_tags: bool,
     answers: ArcSwap<Answers>,
 }
@@ -58,20 +60,29 @@ impl Discovery {
         draft_tags: bool,
         snapshot: Arc<FeatureSnapshot>,
     ) -> Result<Discovery, EncodeError> {
-        let answers = build(&apis, snapshot)?;
+        let apis = Arc::new(apis);
+        let answers = build(Arc::clone(&apis), snapshot)?;
         Ok(Discovery {
-            apis,
+            apis: ArcSwap::new(apis),
             draft_tags,
             answers: ArcSwap::from_pointee(answers),
         })
     }
 
-    pub fn apis(&self) -> &[ApiRange] {
-        &self.apis
+    pub fn apis(&self) -> Arc<Vec<ApiRange>> {
+        self.apis.load_full()
+    }
+
+    /// Replaces the API table; the next answer is rebuilt from it.
+    pub fn set_apis(&self, apis: Vec<ApiRange>) {
+        if **self.apis.load() != apis {
+            tracing::info!("advertised API versions changed: {} keys", apis.len());
+            self.apis.store(Arc::new(apis));
+        }
     }
 
     /// The answer body for `version` and `snapshot`, rebuilding the cache when the
-    /// snapshot has moved on since it was built.
+    /// snapshot or the API table has moved on since it was built.
     fn body(
         &self,
         version: i16,
@@ -79,8 +90,9 @@ impl Discovery {
         with_draft: bool,
     ) -> Result<Bytes, EncodeError> {
         let mut answers = self.answers.load_full();
-        if !Arc::ptr_eq(&answers.snapshot, &snapshot) {
-            let fresh = Arc::new(build(&self.apis, snapshot)?);
+        let apis = self.apis.load_full();
+        if !Arc::ptr_eq(&answers.snapshot, &snapshot) || !Arc::ptr_eq(&answers.apis, &apis) {
+            let fresh = Arc::new(build(apis, snapshot)?);
             self.answers.store(Arc::clone(&fresh));
             answers = fresh;
         }
@@ -88,15 +100,61 @@ impl Discovery {
     }
 }
 
-fn build(apis: &[ApiRange], snapshot: Arc<FeatureSnapshot>) -> Result<Answers, EncodeError> {
+fn build(apis: Arc<Vec<ApiRange>>, snapshot: Arc<FeatureSnapshot>) -> Result<Answers, EncodeError> {
     let mut bodies = Vec::new();
     for version in 0..=MAX_VERSION {
         bodies.push([
-            success_body(version, apis, &snapshot, false)?,
-            success_body(version, apis, &snapshot, true)?,
+            success_body(version, &apis, &snapshot, false)?,
+            success_body(version, &apis, &snapshot, true)?,
         ]);
     }
-    Ok(Answers { snapshot, bodies })
+    Ok(Answers {
+        snapshot,
+        apis,
+        bodies,
+    })
+}
+
+/// The API table in front of a cluster: what every live broker serves, narrowed
+/// to the versions whose broker addresses kshim can rewrite, plus the APIs kshim
+/// answers itself. Keys kshim does not know are left out: it cannot tell whether
+/// their responses name brokers.
+pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
+    let own = [
+        ApiRange {
+            api_key: ApiKey::ApiVersions as i16,
+            min: 0,
+            max: MAX_VERSION,
+        },
+        ApiRange {
+            api_key: ApiKey::UpdateFeatures as i16,
+            min: 0,
+            max: super::update_features::MAX_VERSION,
+        },
+    ];
+    let mut out: Vec<ApiRange> = upstream
+        .iter()
+        .filter_map(|r| {
+            let api = ApiKey::try_from(r.api_key).ok()?;
+            if own.iter().any(|o| o.api_key == r.api_key) {
+                return None;
+            }
+            match crate::upstream::rewrite::rewritable_versions(api) {
+                None => Some(*r),
+                Some((min, max)) => {
+                    let (min, max) = (r.min.max(min), r.max.min(max));
+                    (min <= max).then_some(ApiRange {
+                        api_key: r.api_key,
+                        min,
+                        max,
+                    })
+                }
+            }
+        })
+        .collect();
+    out.extend(own);
+    out.sort_by_key(|r| r.api_key);
+    out
 }
 
 /// The first librdkafka release that skips unknown tagged fields correctly
@@ -173,6 +231,72 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Bytes, HandlerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_apis_narrow_rewritten_apis_and_add_kshims_own() {
+        let upstream = [
+            ApiRange {
+                api_key: 0,
+                min: 3,
+                max: 13,
+            },
+            ApiRange {
+                api_key: 3,
+                min: 0,
+                max: 14,
+            },
+            ApiRange {
+                api_key: 18,
+                min: 0,
+                max: 5,
+            },
+            ApiRange {
+                api_key: 19,
+                min: 2,
+                max: 7,
+            },
+            ApiRange {
+                api_key: 999,
+                min: 0,
+                max: 1,
+            },
+        ];
+        let got = proxy_apis(&upstream);
+        let find = |k: i16| got.iter().find(|r| r.api_key == k).copied();
+        assert_eq!(
+            find(3),
+            Some(ApiRange {
+                api_key: 3,
+                min: 0,
+                max: 13
+            })
+        );
+        assert_eq!(
+            find(18),
+            Some(ApiRange {
+                api_key: 18,
+                min: 0,
+                max: 4
+            })
+        );
+        assert_eq!(
+            find(19),
+            Some(ApiRange {
+                api_key: 19,
+                min: 2,
+                max: 7
+            })
+        );
+        assert_eq!(
+            find(57),
+            Some(ApiRange {
+                api_key: 57,
+                min: 0,
+                max: 2
+            })
+        );
+        assert_eq!(find(999), None);
+    }
 
     fn sw(name: &str, version: &str) -> ClientSoftware {
         ClientSoftware {

@@ -1,31 +1,60 @@
-//! One file per API that kshim answers itself. A handler takes a request frame and
-//! returns an `Action`; it never touches a socket, so each is testable alone.
+//! One file per API that kshim answers itself, and `forward` for the rest. A
+//! handler takes a request frame and returns an `Action`; it never touches a
+//! socket, so each is testable alone.
 //!
 //! `dispatch` is the one place that maps an API key to its handler.
 
 pub mod api_versions;
 pub mod describe_cluster;
+pub mod forward;
 pub mod metadata;
 pub mod update_features;
 
 use crate::controller::FeatureController;
 use crate::protocol::response::EncodeError;
 use crate::protocol::{CodecError, HeaderPeek};
+use crate::upstream::{Route, Upstream};
 use api_versions::Discovery;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use kafka_protocol::messages::ApiKey;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// What the connection does with a request.
-#[derive(Debug)]
 pub enum Action {
     /// Write this response frame (size prefix included).
     Respond(Bytes),
     /// Close the connection, as Kafka does for requests it cannot read. The reason
     /// is logged at debug: the peer caused it.
     Close(String),
+    /// The answer comes later (UpdateFeatures waits for a controller); the
+    /// connection keeps it in its place in the response order.
+    Later(BoxFuture<'static, Action>),
+    /// Send the request to the upstream broker behind this connection.
+    Forward(forward::Forward),
+}
+
+impl Action {
+    /// Waits for a deferred answer; other actions come back as they are.
+    pub async fn settle(self) -> Action {
+        match self {
+            Action::Later(answer) => answer.await,
+            other => other,
+        }
+    }
+}
+
+impl std::fmt::Debug for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Respond(b) => write!(f, "Respond({} bytes)", b.len()),
+            Action::Close(why) => write!(f, "Close({why:?})"),
+            Action::Later(_) => write!(f, "Later(..)"),
+            Action::Forward(fw) => write!(f, "Forward({fw:?})"),
+        }
+    }
 }
 
 /// The address kshim gives clients for itself.
@@ -57,6 +86,8 @@ pub struct Context {
     pub discovery: Discovery,
     pub node: NodeAddress,
     pub authorizer: Authorizer,
+    /// `None`: a standalone discovery server.
+    pub upstream: Option<Arc<Upstream>>,
 }
 
 /// Per connection.
@@ -64,6 +95,8 @@ pub struct Context {
 pub struct Peer {
     pub addr: SocketAddr,
     pub principal: String,
+    /// Which listener the connection came in on.
+    pub route: Route,
 }
 
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
@@ -106,8 +139,10 @@ impl From<Result<Bytes, HandlerError>> for Action {
     }
 }
 
-/// Routes one request frame to its handler.
-pub async fn dispatch(ctx: &Context, peer: &Peer, frame: Bytes) -> Action {
+/// Routes one request frame to its handler: kshim answers ApiVersions and
+/// UpdateFeatures itself; in front of a cluster everything else is forwarded,
+/// and a standalone kshim answers Metadata and DescribeCluster too.
+pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, frame: Bytes) -> Action {
     let peek = match HeaderPeek::parse(&frame) {
         Ok(peek) => peek,
         Err(e) => return Action::Close(format!("unreadable request header: {e}")),
@@ -117,7 +152,13 @@ pub async fn dispatch(ctx: &Context, peer: &Peer, frame: Bytes) -> Action {
     };
     match api {
         ApiKey::ApiVersions => api_versions::handle(ctx, frame).into(),
-        ApiKey::UpdateFeatures => update_features::handle(ctx, peer, frame).await.into(),
+        ApiKey::UpdateFeatures => {
+            let (ctx, peer) = (Arc::clone(ctx), Arc::clone(peer));
+            Action::Later(Box::pin(async move {
+                update_features::handle(&ctx, &peer, frame).await.into()
+            }))
+        }
+        _ if ctx.upstream.is_some() => forward::plan(api, peek, frame),
         ApiKey::Metadata => metadata::handle(ctx, peer, frame).into(),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, peer, frame).into(),
         other => Action::Close(format!("{other:?} is not served by a standalone kshim")),

@@ -3,17 +3,27 @@
 //! failure is one top-level error naming the feature that failed, with no
 //! per-feature results; a success carries one result per requested feature in
 //! v0-v1 and none in v2.
+//!
+//! In front of a cluster, a request for upstream-owned features is sent on to the
+//! upstream, and answered once kshim's mirror shows the new levels; a request for
+//! kshim-owned features is kshim's to apply; a request that mixes both is refused
+//! whole, so that all-or-nothing still holds.
 
 use super::{decode_request, Context, HandlerError, Peer};
-use crate::features::{FeatureUpdate, UpdateRejection, UpgradeType};
+use crate::features::{FeatureUpdate, Owner, UpdateRejection, UpgradeType};
 use crate::protocol::error_codes;
 use crate::protocol::requests;
-use crate::protocol::response::encode_frame;
+use crate::protocol::response::{encode_frame, frame_with_body};
+use crate::protocol::{Reader, RequestFrame};
+use crate::upstream::{cluster, Route, Upstream};
 use bytes::Bytes;
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest, UpdateFeaturesResponse};
 use kafka_protocol::protocol::StrBytes;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long an answer waits for the mirror to show an upstream change.
+const MIRROR_WAIT: Duration = Duration::from_secs(10);
 
 pub const MAX_VERSION: i16 = 2;
 const FAILED_PREFIX: &str =
@@ -38,6 +48,36 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
             correlation_id,
             &response(version, &body, Err(&rejection)),
         )?);
+    }
+
+    if let Some(upstream) = &ctx.upstream {
+        let (theirs, ours): (Vec<&str>, Vec<&str>) = body
+            .feature_updates
+            .iter()
+            .map(|k| k.feature.as_str())
+            .partition(|name| ctx.controller.owner(name) == Owner::Upstream);
+        if !theirs.is_empty() && !ours.is_empty() {
+            let rejection = UpdateRejection {
+                feature: None,
+                code: error_codes::INVALID_REQUEST,
+                message: format!(
+                    "The request mixes features owned by the upstream cluster ({}) with features owned by kshim ({}); \
+                     nothing was applied. Send them in separate requests.",
+                    theirs.join(", "),
+                    ours.join(", ")
+                ),
+            };
+            tracing::debug!(peer = %peer.addr, "UpdateFeatures refused: {}", rejection.message);
+            return Ok(encode_frame(
+                api,
+                version,
+                correlation_id,
+                &response(version, &body, Err(&rejection)),
+            )?);
+        }
+        if !theirs.is_empty() {
+            return forward_to_upstream(ctx, upstream, &request, &body).await;
+        }
     }
 
     let updates = body
@@ -68,6 +108,72 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
         correlation_id,
         &response(version, &body, outcome),
     )?)
+}
+
+/// Sends the request on to the upstream and answers with its response, once the
+/// mirror shows what the upstream applied (or `MIRROR_WAIT` has passed).
+async fn forward_to_upstream(
+    ctx: &Context,
+    upstream: &Upstream,
+    request: &RequestFrame,
+    body: &UpdateFeaturesRequest,
+) -> Result<Bytes, HandlerError> {
+    let api = ApiKey::UpdateFeatures;
+    let version = request.header.api_version;
+    let correlation_id = request.header.correlation_id;
+    let timeout = Duration::from_millis(body.timeout_ms.clamp(1_000, 300_000) as u64);
+    let deadline = Instant::now() + timeout;
+    let answer = cluster::forward_update_features(
+        &upstream.targets(Route::Bootstrap),
+        version,
+        request.body(),
+        upstream.link.connect_timeout,
+        deadline,
+    )
+    .await;
+    let raw = match answer {
+        Ok(raw) => raw,
+        Err(e) => {
+            tracing::warn!("UpdateFeatures for upstream-owned features not delivered: {e}");
+            let rejection = UpdateRejection {
+                feature: None,
+                code: error_codes::REQUEST_TIMED_OUT,
+                message: format!("kshim could not reach the upstream cluster: {e}"),
+            };
+            return Ok(encode_frame(
+                api,
+                version,
+                correlation_id,
+                &response(version, body, Err(&rejection)),
+            )?);
+        }
+    };
+    let mut r = Reader::new(&raw);
+    let code = r.i32("ThrottleTimeMs").and_then(|_| r.i16("ErrorCode"));
+    if code == Ok(error_codes::NONE) && !body.validate_only {
+        let wanted: Vec<(String, i16)> = body
+            .feature_updates
+            .iter()
+            .map(|k| (k.feature.as_str().to_owned(), k.max_version_level.max(0)))
+            .collect();
+        let until = Instant::now() + MIRROR_WAIT;
+        loop {
+            upstream.refresh_now(MIRROR_WAIT).await;
+            let snapshot = ctx.controller.snapshot();
+            if wanted
+                .iter()
+                .all(|(name, level)| snapshot.finalized.level(name) == *level)
+            {
+                break;
+            }
+            if Instant::now() >= until {
+                tracing::warn!("the upstream accepted UpdateFeatures but its brokers do not show the new levels yet");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(frame_with_body(api, version, correlation_id, &raw))
 }
 
 /// Builds the response for `request` from the outcome.

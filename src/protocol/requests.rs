@@ -50,13 +50,8 @@ pub fn update_features(version: i16, body: &[u8]) -> Result<UpdateFeaturesReques
 pub fn metadata(version: i16, body: &[u8]) -> Result<MetadataRequest, CodecError> {
     let flexible = version >= 9;
     let mut r = Reader::new(body);
-    let min_topic = if version >= 10 {
-        18
-    } else if flexible {
-        2
-    } else {
-        2
-    };
+    // A topic is at least a name length (plus a 16-byte id from v10).
+    let min_topic = if version >= 10 { 18 } else { 2 };
     let topics = match r.array_len(flexible, min_topic, "Topics")? {
         // A null list means all topics from v1 on; v0 has no null, and an empty
         // list there means all topics.

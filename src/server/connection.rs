@@ -1,36 +1,55 @@
-//! One client connection: frames in, handler futures queued in arrival order,
-//! responses written in that same order (Kafka clients pipeline requests and match
-//! responses by order as well as by correlation id).
+//! One client connection: frames in, each turned into a reply that is queued in
+//! arrival order, replies written in that same order (Kafka clients pipeline
+//! requests and match responses by order as well as by correlation id).
+//!
+//! A forwarded request is handed to the upstream link at once, in arrival order,
+//! so that the broker sees the client's order too; its reply is the broker's
+//! response, rewritten where it names brokers.
 
 use super::Limits;
-use crate::handlers::{dispatch, Action, Context, Peer, ANONYMOUS};
+use crate::handlers::{dispatch, Action, Context, Peer};
 use crate::protocol::FrameCodec;
+use crate::upstream::{Route, UpstreamLink};
+use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::FramedRead;
 
+/// What goes back to the client for one request.
+enum Reply {
+    /// A response frame with its size prefix (built by kshim).
+    Prefixed(Bytes),
+    /// A response frame without its size prefix (from the upstream).
+    Unprefixed(Bytes),
+    Close(String),
+}
+
 pub(super) async fn run(
     stream: TcpStream,
-    addr: SocketAddr,
+    peer: Peer,
     ctx: Arc<Context>,
     limits: &Limits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let peer = Arc::new(Peer {
-        addr,
-        principal: ANONYMOUS.to_owned(),
-    });
+    let addr = peer.addr;
+    let peer = Arc::new(peer);
     let (read_half, write_half) = stream.into_split();
     let mut frames = FramedRead::new(read_half, FrameCodec::new(limits.max_frame_bytes));
     let mut out = BufWriter::new(write_half);
-    let mut in_flight = FuturesOrdered::new();
+    let mut in_flight: FuturesOrdered<BoxFuture<'static, Reply>> = FuturesOrdered::new();
     let mut reading = true;
-    tracing::debug!(peer = %addr, "connection opened");
+    let mut link: Option<UpstreamLink> = None;
+    // A connection to a broker's listener ends when that broker leaves or moves.
+    let mut broker_gone = match (peer.route, &ctx.upstream) {
+        (Route::Node(id), Some(u)) => u.listeners.watch(id),
+        _ => None,
+    };
+    tracing::debug!(peer = %addr, route = ?peer.route, "connection opened");
 
     let reason: String = loop {
         if !reading && in_flight.is_empty() {
@@ -38,31 +57,120 @@ pub(super) async fn run(
         }
         tokio::select! {
             biased;
-            Some(action) = in_flight.next(), if !in_flight.is_empty() => match action {
-                Action::Respond(frame) => {
-                    if let Err(e) = out.write_all(&frame).await {
-                        break format!("write failed: {e}");
-                    }
-                    if in_flight.is_empty() {
-                        if let Err(e) = out.flush().await {
-                            break format!("flush failed: {e}");
-                        }
+            Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
+                let written = match reply {
+                    Reply::Prefixed(frame) => out.write_all(&frame).await,
+                    Reply::Unprefixed(frame) => match out.write_all(&(frame.len() as u32).to_be_bytes()).await {
+                        Ok(()) => out.write_all(&frame).await,
+                        Err(e) => Err(e),
+                    },
+                    Reply::Close(why) => break why,
+                };
+                if let Err(e) = written {
+                    break format!("write failed: {e}");
+                }
+                if in_flight.is_empty() {
+                    if let Err(e) = out.flush().await {
+                        break format!("flush failed: {e}");
                     }
                 }
-                Action::Close(why) => break why,
-            },
+            }
             frame = frames.next(), if reading && in_flight.len() < limits.max_in_flight => match frame {
                 Some(Ok(frame)) => {
-                    let ctx = Arc::clone(&ctx);
-                    let peer = Arc::clone(&peer);
-                    in_flight.push_back(async move { dispatch(&ctx, &peer, frame).await });
+                    let reply = reply_to(dispatch(&ctx, &peer, frame), &ctx, &peer, &mut link);
+                    if let Some(reply) = reply {
+                        in_flight.push_back(reply);
+                    }
                 }
                 Some(Err(e)) => break e.to_string(),
                 None => reading = false,
             },
+            _ = gone(&mut broker_gone), if broker_gone.is_some() => {
+                break "the upstream broker behind this listener left or moved".into();
+            }
             _ = super::stopped(&mut shutdown), if reading => reading = false,
         }
     };
     let _ = out.flush().await;
     tracing::debug!(peer = %addr, "connection closed: {reason}");
+}
+
+async fn gone(watch: &mut Option<watch::Receiver<u64>>) {
+    match watch {
+        Some(w) => {
+            if w.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// Turns a handler's action into the reply the connection waits for; `None` when
+/// no response is due.
+fn reply_to(
+    action: Action,
+    ctx: &Arc<Context>,
+    peer: &Peer,
+    link: &mut Option<UpstreamLink>,
+) -> Option<BoxFuture<'static, Reply>> {
+    match action {
+        Action::Respond(frame) => Some(Box::pin(std::future::ready(Reply::Prefixed(frame)))),
+        Action::Close(why) => Some(Box::pin(std::future::ready(Reply::Close(why)))),
+        Action::Later(answer) => Some(Box::pin(async move {
+            match answer.await {
+                Action::Respond(frame) => Reply::Prefixed(frame),
+                Action::Close(why) => Reply::Close(why),
+                other => Reply::Close(format!("a deferred answer cannot be {other:?}")),
+            }
+        })),
+        Action::Forward(fw) => {
+            let Some(upstream) = ctx.upstream.clone() else {
+                return Some(Box::pin(std::future::ready(Reply::Close(
+                    "nothing to forward to".into(),
+                ))));
+            };
+            let open = match link {
+                Some(l) if !l.is_closed() => l,
+                _ => {
+                    let targets = upstream.targets(peer.route);
+                    if targets.is_empty() {
+                        return Some(Box::pin(std::future::ready(Reply::Close(format!(
+                            "no upstream broker known for {:?}",
+                            peer.route
+                        )))));
+                    }
+                    let node = match peer.route {
+                        Route::Node(id) => Some(id),
+                        Route::Bootstrap => None,
+                    };
+                    link.insert(UpstreamLink::open(targets, node, upstream.link.clone()))
+                }
+            };
+            let pending = match open.send(fw.frame, fw.correlation_id, fw.expects_response) {
+                Ok(pending) => pending?,
+                Err(e) => return Some(Box::pin(std::future::ready(Reply::Close(e.to_string())))),
+            };
+            let (api, version, rewrite) = (fw.api, fw.version, fw.rewrite);
+            Some(Box::pin(async move {
+                let frame = match pending.await {
+                    Ok(Ok(frame)) => frame,
+                    Ok(Err(e)) => return Reply::Close(e.to_string()),
+                    Err(_) => return Reply::Close("the upstream link ended".into()),
+                };
+                if !rewrite {
+                    return Reply::Unprefixed(frame);
+                }
+                match upstream.rewrite_response(api, version, frame) {
+                    Ok(frame) => Reply::Unprefixed(frame),
+                    Err(e) => {
+                        // Never pass on a response whose broker addresses could
+                        // not be replaced: the client would bypass kshim.
+                        tracing::warn!("{e}");
+                        Reply::Close(e.to_string())
+                    }
+                }
+            }))
+        }
+    }
 }

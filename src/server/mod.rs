@@ -4,7 +4,8 @@
 
 mod connection;
 
-use crate::handlers::Context;
+use crate::handlers::{Context, Peer, ANONYMOUS};
+use crate::upstream::Route;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -48,13 +49,16 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 
 /// Accepts connections until `shutdown` turns true, then lets open connections
 /// finish the requests they have read (up to the grace period) and returns.
+/// `route` says which upstream broker, if any, the listener stands for.
+/// `permits` caps connections across every listener that shares it.
 pub async fn serve(
     listener: TcpListener,
+    route: Route,
     ctx: Arc<Context>,
     limits: Limits,
+    permits: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let tracker = TaskTracker::new();
     loop {
         tokio::select! {
@@ -77,8 +81,9 @@ pub async fn serve(
                 let ctx = Arc::clone(&ctx);
                 let limits = limits.clone();
                 let shutdown = shutdown.clone();
+                let peer = Peer { addr, principal: ANONYMOUS.to_owned(), route };
                 tracker.spawn(async move {
-                    connection::run(stream, addr, ctx, &limits, shutdown).await;
+                    connection::run(stream, peer, ctx, &limits, shutdown).await;
                     drop(permit);
                 });
             }

@@ -7,7 +7,7 @@
 //! "max_version_level"}}}`, plus the cluster id.
 
 use super::{FeatureStore, StoreError, StoredState};
-use crate::features::FinalizedFeatures;
+use crate::features::{FinalizedFeatures, Mirror, SupportedRange};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -26,6 +26,24 @@ struct StateDocument {
     cluster_id: String,
     epoch: i64,
     features: BTreeMap<String, LevelRange>,
+    /// Written only in front of a cluster; files without it load as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    upstream: Option<MirrorDocument>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MirrorDocument {
+    epoch: i64,
+    supported: BTreeMap<String, SupportedDocument>,
+    features: BTreeMap<String, LevelRange>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SupportedDocument {
+    min_version: i16,
+    max_version: i16,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -105,22 +123,36 @@ impl FeatureStore for FileStore {
                 doc.version
             )));
         }
-        let mut levels = BTreeMap::new();
-        for (name, range) in doc.features {
-            if range.max_version_level < 1 || range.min_version_level > range.max_version_level {
-                return Err(damaged(format!(
-                    "feature {name} has levels {}-{}",
-                    range.min_version_level, range.max_version_level
-                )));
+        let levels = levels_from(doc.features).map_err(damaged)?;
+        let mirror = match doc.upstream {
+            None => None,
+            Some(m) => {
+                let mut supported = BTreeMap::new();
+                for (name, r) in m.supported {
+                    if r.min_version > r.max_version || r.min_version < 0 {
+                        return Err(damaged(format!(
+                            "upstream feature {name} has supported range {}-{}",
+                            r.min_version, r.max_version
+                        )));
+                    }
+                    supported.insert(name, SupportedRange::new(r.min_version, r.max_version));
+                }
+                Some(Mirror {
+                    supported,
+                    finalized: FinalizedFeatures {
+                        epoch: m.epoch,
+                        levels: levels_from(m.features).map_err(damaged)?,
+                    },
+                })
             }
-            levels.insert(name, range.max_version_level);
-        }
+        };
         Ok(Some(StoredState {
             cluster_id: doc.cluster_id,
             finalized: FinalizedFeatures {
                 epoch: doc.epoch,
                 levels,
             },
+            mirror,
         }))
     }
 
@@ -129,20 +161,24 @@ impl FeatureStore for FileStore {
             version: SCHEMA_VERSION,
             cluster_id: state.cluster_id.clone(),
             epoch: state.finalized.epoch,
-            features: state
-                .finalized
-                .levels
-                .iter()
-                .map(|(name, &level)| {
-                    (
-                        name.clone(),
-                        LevelRange {
-                            min_version_level: level,
-                            max_version_level: level,
-                        },
-                    )
-                })
-                .collect(),
+            features: level_documents(&state.finalized.levels),
+            upstream: state.mirror.as_ref().map(|m| MirrorDocument {
+                epoch: m.finalized.epoch,
+                supported: m
+                    .supported
+                    .iter()
+                    .map(|(name, r)| {
+                        (
+                            name.clone(),
+                            SupportedDocument {
+                                min_version: r.min,
+                                max_version: r.max,
+                            },
+                        )
+                    })
+                    .collect(),
+                features: level_documents(&m.finalized.levels),
+            }),
         };
         let mut raw =
             serde_json::to_vec_pretty(&doc).map_err(|e| self.io(std::io::Error::other(e)))?;
@@ -160,6 +196,35 @@ impl FeatureStore for FileStore {
     }
 }
 
+fn levels_from(features: BTreeMap<String, LevelRange>) -> Result<BTreeMap<String, i16>, String> {
+    let mut levels = BTreeMap::new();
+    for (name, range) in features {
+        if range.max_version_level < 1 || range.min_version_level > range.max_version_level {
+            return Err(format!(
+                "feature {name} has levels {}-{}",
+                range.min_version_level, range.max_version_level
+            ));
+        }
+        levels.insert(name, range.max_version_level);
+    }
+    Ok(levels)
+}
+
+fn level_documents(levels: &BTreeMap<String, i16>) -> BTreeMap<String, LevelRange> {
+    levels
+        .iter()
+        .map(|(name, &level)| {
+            (
+                name.clone(),
+                LevelRange {
+                    min_version_level: level,
+                    max_version_level: level,
+                },
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,7 +236,24 @@ mod tests {
                 epoch,
                 levels: [("group.version".to_owned(), 1)].into(),
             },
+            mirror: None,
         }
+    }
+
+    #[test]
+    fn the_mirror_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::open(dir.path()).unwrap();
+        let mut s = state(5);
+        s.mirror = Some(Mirror {
+            supported: [("metadata.version".to_owned(), SupportedRange::new(7, 27))].into(),
+            finalized: FinalizedFeatures {
+                epoch: 1234,
+                levels: [("metadata.version".to_owned(), 27)].into(),
+            },
+        });
+        store.save(&s).unwrap();
+        assert_eq!(store.load().unwrap(), Some(s));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Durable state: the finalized feature levels, their epoch, and the cluster id.
+//! Durable state: the finalized feature levels, their epoch, the cluster id, and
+//! the last mirrored upstream features.
 //!
 //! The store knows nothing of Kafka rules; it keeps what the controller hands it and
 //! guarantees that after a crash it holds either the previous state or the new
@@ -8,13 +9,17 @@ mod file;
 
 pub use file::FileStore;
 
-use crate::features::FinalizedFeatures;
+use crate::features::{FinalizedFeatures, Mirror};
 
 /// What survives a restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredState {
     pub cluster_id: String,
+    /// kshim's own levels, with the epoch clients see.
     pub finalized: FinalizedFeatures,
+    /// In front of a cluster: the upstream's features as last seen, so that a
+    /// restart while the upstream is away still serves the whole view.
+    pub mirror: Option<Mirror>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,127 @@
+//! Requests kshim neither answers nor checks: forwarded byte for byte to the
+//! broker behind the connection. Only the header is read, plus the acks field of
+//! Produce, because a Produce with acks=0 gets no response and the connection
+//! must not wait for one.
+
+use super::Action;
+use crate::protocol::{CodecError, HeaderPeek, Reader, RequestFrame};
+use crate::upstream::rewrite::rewritable_versions;
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+
+/// A request on its way to the upstream.
+#[derive(Debug)]
+pub struct Forward {
+    /// The request frame, without its size prefix, exactly as the client sent it.
+    pub frame: Bytes,
+    pub api: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub expects_response: bool,
+    /// Whether the response names brokers and must be rewritten.
+    pub rewrite: bool,
+}
+
+pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
+    let version = peek.api_version;
+    let rewrite = match rewritable_versions(api) {
+        Some((min, max)) if !(min..=max).contains(&version) => {
+            return Action::Close(format!(
+                "{api:?} v{version} is not served: kshim cannot rewrite the broker addresses in its responses (it handles v{min}-v{max})"
+            ))
+        }
+        Some(_) => true,
+        None => false,
+    };
+    let expects_response = if api == ApiKey::Produce {
+        match produce_acks(frame.clone()) {
+            Ok(acks) => acks != 0,
+            Err(e) => return Action::Close(format!("malformed Produce v{version} request: {e}")),
+        }
+    } else {
+        true
+    };
+    Action::Forward(Forward {
+        frame,
+        api,
+        version,
+        correlation_id: peek.correlation_id,
+        expects_response,
+        rewrite,
+    })
+}
+
+/// The acks field of a Produce request: first in v0-v2, after TransactionalId
+/// from v3 (a compact string from v9).
+fn produce_acks(frame: Bytes) -> Result<i16, CodecError> {
+    let request = RequestFrame::parse(frame)?;
+    let version = request.header.api_version;
+    let mut r = Reader::new(request.body());
+    if version >= 9 {
+        r.compact_nullable_string("TransactionalId")?;
+    } else if version >= 3 {
+        r.nullable_string("TransactionalId")?;
+    }
+    r.i16("Acks")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{BufMut, BytesMut};
+
+    fn produce(version: i16, acks: i16) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i16(version);
+        b.put_i32(5);
+        b.put_i16(1);
+        b.put_u8(b'c');
+        if version >= 9 {
+            b.put_u8(0); // header tags
+            b.put_u8(3); // compact "tx"
+            b.put_slice(b"tx");
+        } else {
+            b.put_i16(-1);
+        }
+        b.put_i16(acks);
+        b.freeze()
+    }
+
+    fn forwarded(action: Action) -> Forward {
+        match action {
+            Action::Forward(f) => f,
+            other => panic!("expected Forward, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn produce_with_acks_zero_expects_no_response() {
+        for version in [3, 8, 9, 12] {
+            for (acks, expects) in [(0, false), (1, true), (-1, true)] {
+                let frame = produce(version, acks);
+                let peek = HeaderPeek::parse(&frame).unwrap();
+                assert_eq!(
+                    forwarded(plan(ApiKey::Produce, peek, frame)).expects_response,
+                    expects
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn versions_kshim_cannot_rewrite_close_the_connection() {
+        let frame = Bytes::from_static(&[0, 3, 0, 99, 0, 0, 0, 1, 0, 0]);
+        let peek = HeaderPeek::parse(&frame).unwrap();
+        assert!(matches!(
+            plan(ApiKey::Metadata, peek, frame),
+            Action::Close(_)
+        ));
+        let frame = Bytes::from_static(&[0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0]);
+        let peek = HeaderPeek::parse(&frame).unwrap();
+        assert!(matches!(
+            plan(ApiKey::Produce, peek, frame),
+            Action::Close(_)
+        ));
+    }
+}

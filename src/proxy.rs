@@ -1,0 +1,292 @@
+//! Wiring for kshim in front of a Kafka cluster: the store and controller as in
+//! standalone, the bootstrap listener, the per-broker listeners, and the refresher
+//! that keeps the upstream view fresh and hands what it learns to ApiVersions (the
+//! API table) and to the controller (the mirrored features and the supporters).
+//! Used by `kshim serve --upstream` and by the integration tests.
+
+use crate::config::{Config, UpstreamConfig};
+use crate::controller::{ControllerSettings, FeatureController};
+use crate::features::{Mirror, Ownership, Supporter};
+use crate::handlers::api_versions::{proxy_apis, Discovery};
+use crate::handlers::{Authorizer, Context, NodeAddress};
+use crate::server::{self, Limits};
+use crate::standalone::StartError;
+use crate::store::FileStore;
+use crate::upstream::cluster::Discoverer;
+use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio_util::task::TaskTracker;
+
+/// A bound, not yet serving, kshim in front of a cluster.
+pub struct Proxy {
+    pub listener: TcpListener,
+    pub local_addr: SocketAddr,
+    pub context: Arc<Context>,
+    pub limits: Limits,
+    upstream: Arc<Upstream>,
+    discoverer: Discoverer,
+    refresh_interval: Duration,
+    bound: mpsc::UnboundedReceiver<(i32, std::net::TcpListener)>,
+    refresh_requests: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+}
+
+impl Proxy {
+    /// Opens the store, binds the bootstrap listener, and makes a first attempt
+    /// to reach the upstream, so that the first clients already see the cluster.
+    /// An unreachable upstream is logged, not fatal: kshim starts with what its
+    /// store remembers and keeps trying.
+    pub async fn bind(
+        config: &Config,
+        upstream_config: &UpstreamConfig,
+    ) -> Result<Proxy, StartError> {
+        let store = FileStore::open(&config.data_dir)?;
+        let controller = Arc::new(FeatureController::open(
+            Arc::new(store),
+            ControllerSettings {
+                node_id: config.node_id,
+                cluster_id: config.cluster_id.clone(),
+                supported: config.supported_features(),
+                bootstrap: config.bootstrap.clone(),
+                dependencies: config.effective_dependencies(),
+                ownership: Ownership::new(config.kshim_owned.clone()),
+            },
+        )?);
+        let listener =
+            TcpListener::bind(&config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: config.listen.clone(),
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen.clone(),
+            source,
+        })?;
+        let node = crate::standalone::advertised_address(config, local_addr)?;
+        let layout = layout(config, upstream_config, &node, local_addr);
+        let (bound_tx, bound) = mpsc::unbounded_channel();
+        let (refresh_tx, refresh_requests) = mpsc::unbounded_channel();
+        let link = LinkSettings {
+            connect_timeout: Duration::from_millis(upstream_config.connect_timeout_ms),
+            max_response_bytes: upstream_config.max_response_bytes,
+        };
+        let upstream = Arc::new(Upstream::new(
+            Listeners::new(layout, bound_tx),
+            link.clone(),
+            upstream_config.bootstrap.clone(),
+            refresh_tx,
+        ));
+        // Until the upstream answers, kshim offers only what it serves itself.
+        let discovery = Discovery::new(proxy_apis(&[]), config.draft_tags, controller.snapshot())?;
+        let context = Arc::new(Context {
+            controller,
+            discovery,
+            node,
+            authorizer: Authorizer {
+                alter_cluster: config.alter_cluster.clone(),
+            },
+            upstream: Some(Arc::clone(&upstream)),
+        });
+        let mut discoverer =
+            Discoverer::new(upstream_config.bootstrap.clone(), link.connect_timeout);
+        match discoverer.refresh(&ClusterView::default()).await {
+            Ok(view) => apply(&context, &upstream, view, true).await,
+            Err(e) => tracing::warn!(
+                "{e}; starting anyway with the stored feature view, and retrying every {} ms",
+                upstream_config.refresh_interval_ms
+            ),
+        }
+        let limits = Limits {
+            max_frame_bytes: config.max_frame_bytes,
+            max_connections: config.max_connections,
+            ..Limits::default()
+        };
+        Ok(Proxy {
+            listener,
+            local_addr,
+            context,
+            limits,
+            upstream,
+            discoverer,
+            refresh_interval: Duration::from_millis(upstream_config.refresh_interval_ms),
+            bound,
+            refresh_requests,
+        })
+    }
+
+    /// Serves the bootstrap listener and every broker listener until `shutdown`
+    /// turns true.
+    pub async fn serve(self, shutdown: watch::Receiver<bool>) {
+        let Proxy {
+            listener,
+            context,
+            limits,
+            upstream,
+            mut discoverer,
+            refresh_interval,
+            mut bound,
+            mut refresh_requests,
+            ..
+        } = self;
+        let permits = Arc::new(Semaphore::new(limits.max_connections));
+        let tracker = TaskTracker::new();
+        tracker.spawn(server::serve(
+            listener,
+            Route::Bootstrap,
+            Arc::clone(&context),
+            limits.clone(),
+            Arc::clone(&permits),
+            shutdown.clone(),
+        ));
+        let mut stop = shutdown.clone();
+        let mut ticker = tokio::time::interval(refresh_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reachable = !upstream.view().brokers.is_empty();
+        loop {
+            tokio::select! {
+                _ = server::stopped(&mut stop) => break,
+                Some((node, socket)) = bound.recv() => match TcpListener::from_std(socket) {
+                    Ok(l) => {
+                        tracker.spawn(server::serve(
+                            l,
+                            Route::Node(node),
+                            Arc::clone(&context),
+                            limits.clone(),
+                            Arc::clone(&permits),
+                            shutdown.clone(),
+                        ));
+                    }
+                    Err(e) => tracing::error!(node, "cannot serve the listener of broker {node}: {e}"),
+                },
+                request = refresh_requests.recv() => {
+                    // Everyone who asked while this refresh runs is answered by it.
+                    let mut waiting: Vec<oneshot::Sender<()>> = request.into_iter().collect();
+                    while let Ok(more) = refresh_requests.try_recv() {
+                        waiting.push(more);
+                    }
+                    reachable = refresh(&context, &upstream, &mut discoverer, reachable).await;
+                    for w in waiting {
+                        let _ = w.send(());
+                    }
+                }
+                _ = ticker.tick() => {
+                    reachable = refresh(&context, &upstream, &mut discoverer, reachable).await;
+                }
+            }
+        }
+        tracker.close();
+        tracker.wait().await;
+    }
+}
+
+/// One refresh; returns whether the upstream answered. Losing and regaining the
+/// upstream are logged once each.
+async fn refresh(
+    context: &Context,
+    upstream: &Upstream,
+    discoverer: &mut Discoverer,
+    was_reachable: bool,
+) -> bool {
+    let previous = upstream.view();
+    match discoverer.refresh(&previous).await {
+        Ok(view) => {
+            if !was_reachable {
+                tracing::info!("upstream reachable again: {} broker(s)", view.brokers.len());
+            }
+            apply(context, upstream, view, false).await;
+            true
+        }
+        Err(e) => {
+            if was_reachable {
+                tracing::warn!(
+                    "{e}; kshim keeps serving ApiVersions from its cached view and keeps retrying"
+                );
+            } else {
+                tracing::debug!("{e}");
+            }
+            false
+        }
+    }
+}
+
+/// Hands a fresh view to the listeners, ApiVersions and the controller.
+async fn apply(context: &Context, upstream: &Upstream, view: ClusterView, first: bool) {
+    let previous = upstream.view();
+    for (&id, broker) in &view.brokers {
+        if let Err(e) = upstream.listeners.ensure(id, &broker.address()) {
+            tracing::error!(node = id, "{e}");
+        }
+    }
+    for &id in previous.brokers.keys() {
+        if !view.brokers.contains_key(&id) {
+            tracing::warn!(
+                node = id,
+                "broker {id} left the upstream cluster; closing its client connections"
+            );
+            upstream.listeners.retire(id);
+        }
+    }
+    if first {
+        tracing::info!(
+            cluster_id = view.cluster_id.as_deref().unwrap_or("?"),
+            "upstream has {} broker(s), {} answering",
+            view.brokers.len(),
+            view.live.len()
+        );
+    }
+    if !view.live.is_empty() {
+        context
+            .discovery
+            .set_apis(proxy_apis(&view.api_intersection()));
+        let features = view.features();
+        let supporters = features
+            .per_broker
+            .iter()
+            .map(|(id, supported)| Supporter {
+                label: format!("Broker {id}"),
+                features: supported.clone(),
+                only_listed: true,
+            })
+            .collect();
+        context
+            .controller
+            .apply_mirror(
+                Mirror {
+                    supported: features.supported,
+                    finalized: features.finalized,
+                },
+                supporters,
+            )
+            .await;
+    }
+    upstream.set_view(view);
+}
+
+fn layout(
+    config: &Config,
+    upstream: &UpstreamConfig,
+    node: &NodeAddress,
+    bound: SocketAddr,
+) -> ListenerLayout {
+    let bind_host = upstream.listener_host.clone().unwrap_or_else(|| {
+        config
+            .listen
+            .rsplit_once(':')
+            .map_or("127.0.0.1", |(h, _)| h)
+            .trim_matches(['[', ']'])
+            .to_owned()
+    });
+    ListenerLayout {
+        advertised_host: upstream
+            .advertised_host
+            .clone()
+            .unwrap_or_else(|| node.host.clone()),
+        bind_host,
+        port_base: upstream.port_base.unwrap_or(bound.port()),
+        ports: upstream.ports.clone(),
+    }
+}

@@ -1,0 +1,477 @@
+//! What kshim knows of the upstream cluster: its brokers (from Metadata), what
+//! each live broker advertises (from ApiVersions), and the feature state they
+//! report. `Discoverer::refresh` rebuilds that view; it keeps one control
+//! connection per broker between refreshes.
+//!
+//! Also here: UpdateFeatures sent on to the upstream for the features it owns.
+
+use super::link::connect_first;
+use super::UpstreamError;
+use crate::client::{negotiate, KafkaClient};
+use crate::features::{FinalizedFeatures, SupportedFeatures, SupportedRange};
+use crate::protocol::api_versions::{ApiRange, DecodedApiVersions};
+use crate::protocol::error_codes;
+use crate::protocol::{CodecError, Reader};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{ApiKey, MetadataRequest};
+use kafka_protocol::protocol::Encodable;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// One broker as Metadata lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+impl BrokerInfo {
+    pub fn address(&self) -> String {
+        if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The upstream cluster at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub cluster_id: Option<String>,
+    pub brokers: BTreeMap<i32, BrokerInfo>,
+    /// The brokers that answered ApiVersions, with what they advertised.
+    pub live: BTreeMap<i32, DecodedApiVersions>,
+}
+
+/// The feature state the upstream reports, merged over its live brokers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpstreamFeatures {
+    /// Features every live broker advertises, with the range all of them support.
+    pub supported: SupportedFeatures,
+    /// The finalized levels of the broker with the newest epoch.
+    pub finalized: FinalizedFeatures,
+    /// Per live broker, what it supports (for the supporters check).
+    pub per_broker: BTreeMap<i32, SupportedFeatures>,
+}
+
+impl ClusterView {
+    /// Per API key, the versions every live broker serves. Keys some live broker
+    /// lacks are left out.
+    pub fn api_intersection(&self) -> Vec<ApiRange> {
+        let mut brokers = self.live.values();
+        let Some(first) = brokers.next() else {
+            return Vec::new();
+        };
+        let mut out: BTreeMap<i16, (i16, i16)> = first
+            .apis
+            .iter()
+            .map(|a| (a.api_key, (a.min, a.max)))
+            .collect();
+        for b in brokers {
+            let theirs: BTreeMap<i16, (i16, i16)> =
+                b.apis.iter().map(|a| (a.api_key, (a.min, a.max))).collect();
+            out.retain(|key, range| match theirs.get(key) {
+                Some(&(min, max)) => {
+                    *range = (range.0.max(min), range.1.min(max));
+                    range.0 <= range.1
+                }
+                None => false,
+            });
+        }
+        out.into_iter()
+            .map(|(api_key, (min, max))| ApiRange { api_key, min, max })
+            .collect()
+    }
+
+    pub fn features(&self) -> UpstreamFeatures {
+        let mut per_broker = BTreeMap::new();
+        for (&id, b) in &self.live {
+            let supported: SupportedFeatures = b
+                .features
+                .supported
+                .iter()
+                .map(|(name, &(min, max))| (name.clone(), SupportedRange::new(min, max)))
+                .collect();
+            per_broker.insert(id, supported);
+        }
+        let mut supported: Option<SupportedFeatures> = None;
+        for theirs in per_broker.values() {
+            supported = Some(match supported {
+                None => theirs.clone(),
+                Some(mut acc) => {
+                    acc.retain(|name, range| match theirs.get(name) {
+                        Some(r) => {
+                            *range =
+                                SupportedRange::new(range.min.max(r.min), range.max.min(r.max));
+                            true
+                        }
+                        None => false,
+                    });
+                    acc
+                }
+            });
+        }
+        let newest = self
+            .live
+            .values()
+            .filter(|b| b.features.epoch >= 0)
+            .max_by_key(|b| b.features.epoch);
+        let finalized = newest.map_or_else(FinalizedFeatures::default, |b| FinalizedFeatures {
+            epoch: b.features.epoch,
+            levels: b
+                .features
+                .finalized
+                .iter()
+                .map(|(name, &(_, max))| (name.clone(), max))
+                .filter(|(_, level)| *level > 0)
+                .collect(),
+        });
+        UpstreamFeatures {
+            supported: supported.unwrap_or_default(),
+            finalized,
+            per_broker,
+        }
+    }
+}
+
+/// Keeps the view of the upstream fresh.
+pub struct Discoverer {
+    bootstrap: Vec<String>,
+    timeout: Duration,
+    /// Control connections by broker address.
+    clients: HashMap<String, KafkaClient>,
+}
+
+const CLIENT_ID: &str = "kshim";
+
+impl Discoverer {
+    pub fn new(bootstrap: Vec<String>, timeout: Duration) -> Self {
+        Discoverer {
+            bootstrap,
+            timeout,
+            clients: HashMap::new(),
+        }
+    }
+
+    /// Asks the upstream for its brokers, trying the brokers of `previous` first
+    /// and then every bootstrap address, and asks each broker what it serves.
+    pub async fn refresh(&mut self, previous: &ClusterView) -> Result<ClusterView, UpstreamError> {
+        let mut targets: Vec<String> = previous.brokers.values().map(BrokerInfo::address).collect();
+        for b in &self.bootstrap {
+            if !targets.contains(b) {
+                targets.push(b.clone());
+            }
+        }
+        let mut failures = Vec::new();
+        let mut found = None;
+        for target in &targets {
+            match self.metadata(target).await {
+                Ok(view) => {
+                    found = Some(view);
+                    break;
+                }
+                Err(e) => {
+                    self.clients.remove(target);
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        let Some((cluster_id, brokers)) = found else {
+            return Err(UpstreamError::Unreachable {
+                targets: targets.join(","),
+                reason: failures.join("; "),
+            });
+        };
+        let mut live = BTreeMap::new();
+        for (&id, broker) in &brokers {
+            let address = broker.address();
+            match self.api_versions(&address).await {
+                Ok(decoded) => {
+                    live.insert(id, decoded);
+                }
+                Err(e) => {
+                    self.clients.remove(&address);
+                    tracing::debug!(node = id, "broker {id} did not answer ApiVersions: {e}");
+                }
+            }
+        }
+        let wanted: Vec<String> = brokers.values().map(BrokerInfo::address).collect();
+        self.clients.retain(|addr, _| wanted.contains(addr));
+        Ok(ClusterView {
+            cluster_id,
+            brokers,
+            live,
+        })
+    }
+
+    async fn client(&mut self, target: &str) -> Result<&mut KafkaClient, UpstreamError> {
+        if !self.clients.contains_key(target) {
+            let (stream, _) = connect_first(&[target.to_owned()], self.timeout).await?;
+            self.clients.insert(
+                target.to_owned(),
+                KafkaClient::from_stream(stream, target, self.timeout, CLIENT_ID),
+            );
+        }
+        self.clients
+            .get_mut(target)
+            .ok_or_else(|| UpstreamError::LinkClosed {
+                target: target.to_owned(),
+            })
+    }
+
+    async fn api_versions(&mut self, target: &str) -> Result<DecodedApiVersions, UpstreamError> {
+        let client = self.client(target).await?;
+        let (_, decoded) = client.api_versions().await.map_err(|e| broken(target, e))?;
+        if decoded.error_code != error_codes::NONE {
+            return Err(UpstreamError::Protocol {
+                target: target.to_owned(),
+                reason: format!("ApiVersions failed with error code {}", decoded.error_code),
+            });
+        }
+        Ok(decoded)
+    }
+
+    async fn metadata(
+        &mut self,
+        target: &str,
+    ) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), UpstreamError> {
+        let decoded = self.api_versions(target).await?;
+        let version = negotiate(&decoded.apis, ApiKey::Metadata, 12)
+            .filter(|v| *v >= 1)
+            .ok_or_else(|| UpstreamError::Protocol {
+                target: target.to_owned(),
+                reason: "the broker serves no Metadata version kshim can use (1-12)".into(),
+            })?;
+        let mut request =
+            MetadataRequest::default().with_topics(Some(Vec::<MetadataRequestTopic>::new()));
+        if version >= 4 {
+            request.allow_auto_topic_creation = false;
+        }
+        let mut body = BytesMut::new();
+        request
+            .encode(&mut body, version)
+            .map_err(|e| UpstreamError::Protocol {
+                target: target.to_owned(),
+                reason: format!("cannot encode Metadata v{version}: {e}"),
+            })?;
+        let client = self.client(target).await?;
+        let raw = client
+            .request(ApiKey::Metadata, version, &body)
+            .await
+            .map_err(|e| broken(target, e))?;
+        decode_metadata_brokers(version, &raw).map_err(|e| UpstreamError::Protocol {
+            target: target.to_owned(),
+            reason: format!("unreadable Metadata v{version} response: {e}"),
+        })
+    }
+}
+
+fn broken(target: &str, e: crate::client::ClientError) -> UpstreamError {
+    UpstreamError::Broken {
+        target: target.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// The cluster id and brokers at the head of a Metadata response body.
+pub fn decode_metadata_brokers(
+    version: i16,
+    body: &[u8],
+) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), CodecError> {
+    let flexible = version >= 9;
+    let mut r = Reader::new(body);
+    if version >= 3 {
+        r.i32("ThrottleTimeMs")?;
+    }
+    let n = r.array_len(flexible, 10, "Brokers")?.unwrap_or(0);
+    let mut brokers = BTreeMap::new();
+    for _ in 0..n {
+        let node_id = r.i32("NodeId")?;
+        let host = r.string(flexible, "Host")?.to_owned();
+        let port = r.i32("Port")?;
+        let rack = if version >= 1 {
+            nullable(&mut r, flexible, "Rack")?
+        } else {
+            None
+        };
+        if flexible {
+            r.tagged_fields("MetadataResponseBroker")?;
+        }
+        brokers.insert(node_id, BrokerInfo { host, port, rack });
+    }
+    let cluster_id = if version >= 2 {
+        nullable(&mut r, flexible, "ClusterId")?
+    } else {
+        None
+    };
+    Ok((cluster_id, brokers))
+}
+
+fn nullable(
+    r: &mut Reader<'_>,
+    flexible: bool,
+    what: &'static str,
+) -> Result<Option<String>, CodecError> {
+    Ok(if flexible {
+        r.compact_nullable_string(what)?
+    } else {
+        r.nullable_string(what)?
+    }
+    .map(str::to_owned))
+}
+
+/// Sends an UpdateFeatures request body to the upstream and returns the response
+/// body. Any broker passes it on to the active controller; NOT_CONTROLLER (the
+/// controller moved while the request was on its way) is retried until `deadline`.
+pub async fn forward_update_features(
+    targets: &[String],
+    version: i16,
+    body: &[u8],
+    timeout: Duration,
+    deadline: Instant,
+) -> Result<Bytes, UpstreamError> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let (stream, target) = connect_first(targets, timeout).await?;
+        let mut client = KafkaClient::from_stream(stream, &target, timeout, CLIENT_ID);
+        let raw = client
+            .request(ApiKey::UpdateFeatures, version, body)
+            .await
+            .map_err(|e| broken(&target, e))?;
+        let mut r = Reader::new(&raw);
+        let code = r
+            .i32("ThrottleTimeMs")
+            .and_then(|_| r.i16("ErrorCode"))
+            .map_err(|e| UpstreamError::Protocol {
+                target: target.clone(),
+                reason: format!("unreadable UpdateFeatures response: {e}"),
+            })?;
+        if code != error_codes::NOT_CONTROLLER || Instant::now() + backoff >= deadline {
+            return Ok(raw);
+        }
+        tracing::info!("UpdateFeatures: {target} answered NOT_CONTROLLER; retrying in {backoff:?}");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::draft_tags::DraftFeatures;
+
+    fn broker(
+        apis: &[(i16, i16, i16)],
+        supported: &[(&str, i16, i16)],
+        epoch: i64,
+        finalized: &[(&str, i16)],
+    ) -> DecodedApiVersions {
+        DecodedApiVersions {
+            error_code: 0,
+            apis: apis
+                .iter()
+                .map(|&(api_key, min, max)| ApiRange { api_key, min, max })
+                .collect(),
+            throttle_time_ms: 0,
+            features: DraftFeatures {
+                supported: supported
+                    .iter()
+                    .map(|&(n, a, b)| (n.to_owned(), (a, b)))
+                    .collect(),
+                epoch,
+                finalized: finalized
+                    .iter()
+                    .map(|&(n, l)| (n.to_owned(), (l, l)))
+                    .collect(),
+            },
+            draft: None,
+            zk_migration_ready: false,
+        }
+    }
+
+    #[test]
+    fn apis_and_features_are_intersected_over_live_brokers() {
+        let view = ClusterView {
+            cluster_id: Some("c".into()),
+            brokers: BTreeMap::new(),
+            live: [
+                (
+                    1,
+                    broker(
+                        &[(0, 3, 12), (1, 4, 17), (68, 0, 1)],
+                        &[("group.version", 0, 1), ("x", 1, 3)],
+                        40,
+                        &[("group.version", 1)],
+                    ),
+                ),
+                (
+                    2,
+                    broker(
+                        &[(0, 3, 11), (1, 4, 18)],
+                        &[("group.version", 0, 1)],
+                        42,
+                        &[("group.version", 0)],
+                    ),
+                ),
+            ]
+            .into(),
+        };
+        assert_eq!(
+            view.api_intersection(),
+            vec![
+                ApiRange {
+                    api_key: 0,
+                    min: 3,
+                    max: 11
+                },
+                ApiRange {
+                    api_key: 1,
+                    min: 4,
+                    max: 17
+                }
+            ]
+        );
+        let f = view.features();
+        assert_eq!(
+            f.supported,
+            [("group.version".to_owned(), SupportedRange::new(0, 1))].into()
+        );
+        assert_eq!(f.finalized.epoch, 42, "the newest broker wins");
+        assert!(f.finalized.levels.is_empty(), "level 0 is disabled");
+        assert_eq!(f.per_broker.len(), 2);
+    }
+
+    #[test]
+    fn metadata_prefix_decodes_and_rejects_garbage() {
+        use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+        use kafka_protocol::messages::{BrokerId, MetadataResponse};
+        use kafka_protocol::protocol::StrBytes;
+        for version in 1..=13 {
+            let response = MetadataResponse::default()
+                .with_brokers(vec![MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(3))
+                    .with_host(StrBytes::from_static_str("b3.local"))
+                    .with_port(9093)])
+                .with_cluster_id(if version >= 2 {
+                    Some(StrBytes::from_static_str("cid"))
+                } else {
+                    None
+                });
+            let mut buf = BytesMut::new();
+            response.encode(&mut buf, version).unwrap();
+            let (cid, brokers) = decode_metadata_brokers(version, &buf).unwrap();
+            assert_eq!(
+                cid.as_deref(),
+                if version >= 2 { Some("cid") } else { None }
+            );
+            assert_eq!(brokers[&3].address(), "b3.local:9093");
+            for cut in 0..buf.len().min(40) {
+                let _ = decode_metadata_brokers(version, &buf[..cut]);
+            }
+        }
+        assert!(decode_metadata_brokers(12, &[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! kshim in front of a Kafka cluster: finding the upstream brokers and keeping that
+//! view fresh (`cluster`), one kshim listener per broker (`listeners`), the
+//! connections that carry forwarded requests (`link`), and the rewriting of broker
+//! addresses in responses (`rewrite`).
+//!
+//! Knows the Kafka wire format only as far as forwarding needs it. Knows nothing of
+//! feature rules or of the handlers: the proxy wiring (`crate::proxy`) connects
+//! what this module learns to the controller and to ApiVersions.
+
+pub mod cluster;
+pub mod link;
+pub mod listeners;
+pub mod rewrite;
+
+pub use cluster::{ClusterView, UpstreamFeatures};
+pub use link::{LinkSettings, UpstreamLink};
+pub use listeners::{ListenerLayout, Listeners, Route};
+
+/// What went wrong between kshim and the upstream. Each variant says who caused it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// No upstream address accepted a connection (the upstream is away).
+    #[error("no upstream broker reachable at {targets}: {reason}")]
+    Unreachable { targets: String, reason: String },
+    /// An upstream connection broke or the broker misbehaved on it.
+    #[error("upstream connection to {target} failed: {reason}")]
+    Broken { target: String, reason: String },
+    /// The link was already closed when a request was handed to it.
+    #[error("upstream connection to {target} is closed")]
+    LinkClosed { target: String },
+    /// The upstream answered, but not in a way kshim can use.
+    #[error("upstream at {target}: {reason}")]
+    Protocol { target: String, reason: String },
+}
+
+use crate::protocol::response::response_header_version;
+use crate::protocol::Reader;
+use arc_swap::ArcSwap;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// The upstream as the connections see it: where to send, and how to make
+/// responses safe to hand to clients.
+pub struct Upstream {
+    pub listeners: Listeners,
+    pub link: LinkSettings,
+    bootstrap: Vec<String>,
+    view: ArcSwap<ClusterView>,
+    /// Spreads bootstrap connections over the live brokers.
+    rotation: AtomicUsize,
+    refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
+}
+
+impl Upstream {
+    /// `refresh` reaches whoever refreshes the view; each request is answered
+    /// once a refresh has finished.
+    pub fn new(
+        listeners: Listeners,
+        link: LinkSettings,
+        bootstrap: Vec<String>,
+        refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    ) -> Upstream {
+        Upstream {
+            listeners,
+            link,
+            bootstrap,
+            view: ArcSwap::from_pointee(ClusterView::default()),
+            rotation: AtomicUsize::new(0),
+            refresh,
+        }
+    }
+
+    pub fn bootstrap(&self) -> &[String] {
+        &self.bootstrap
+    }
+
+    pub fn view(&self) -> Arc<ClusterView> {
+        self.view.load_full()
+    }
+
+    pub fn set_view(&self, view: ClusterView) {
+        self.view.store(Arc::new(view));
+    }
+
+    /// Where a connection on `route` sends its requests, in the order to try:
+    /// the broker itself, or for the bootstrap listener every known broker
+    /// (starting at a different one for each connection) and then the configured
+    /// bootstrap addresses.
+    pub fn targets(&self, route: Route) -> Vec<String> {
+        match route {
+            Route::Node(id) => self.listeners.upstream_of(id).into_iter().collect(),
+            Route::Bootstrap => {
+                let view = self.view.load();
+                let mut known: Vec<String> = view
+                    .brokers
+                    .iter()
+                    .filter(|(id, _)| view.live.contains_key(id))
+                    .map(|(_, b)| b.address())
+                    .collect();
+                if !known.is_empty() {
+                    let start = self.rotation.fetch_add(1, Ordering::Relaxed) % known.len();
+                    known.rotate_left(start);
+                }
+                for b in &self.bootstrap {
+                    if !known.contains(b) {
+                        known.push(b.clone());
+                    }
+                }
+                known
+            }
+        }
+    }
+
+    /// Asks for a refresh of the view and waits (at most `timeout`) until one has
+    /// finished.
+    pub async fn refresh_now(&self, timeout: Duration) {
+        let (tx, rx) = oneshot::channel();
+        if self.refresh.send(tx).is_ok() {
+            let _ = tokio::time::timeout(timeout, rx).await;
+        }
+    }
+
+    /// Rewrites the broker addresses in a response frame (without its size
+    /// prefix) of `api` at `version`; frames that need no change come back as they
+    /// were.
+    pub fn rewrite_response(
+        &self,
+        api: ApiKey,
+        version: i16,
+        frame: Bytes,
+    ) -> Result<Bytes, rewrite::RewriteError> {
+        let malformed = |source| rewrite::RewriteError::Malformed {
+            api,
+            version,
+            source,
+        };
+        let mut r = Reader::new(&frame);
+        r.i32("correlation id").map_err(malformed)?;
+        if response_header_version(api, version) >= 1 {
+            r.tagged_fields("response header").map_err(malformed)?;
+        }
+        let header_len = r.position();
+        let body = frame.slice(header_len..);
+        match rewrite::rewrite_body(api, version, &body, &self.listeners)? {
+            None => Ok(frame),
+            Some(new_body) => {
+                let mut out = BytesMut::with_capacity(header_len + new_body.len());
+                out.put_slice(&frame[..header_len]);
+                out.put_slice(&new_body);
+                Ok(out.freeze())
+            }
+        }
+    }
+}
