@@ -175,7 +175,10 @@ impl Discoverer {
                 }
                 Err(e) => {
                     self.clients.remove(target);
-                    failures.push(e.to_string());
+                    failures.push(match e {
+                        UpstreamError::Unreachable { reason, .. } => reason,
+                        other => other.to_string(),
+                    });
                 }
             }
         }
