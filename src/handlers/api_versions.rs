@@ -139,6 +139,15 @@ pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
             if own.iter().any(|o| o.api_key == r.api_key) {
                 return None;
             }
+            // DescribeQuorum v2+ lists the controllers' listeners, which kshim does
+            // not stand in front of; v0-v1 carry no addresses.
+            if api == ApiKey::DescribeQuorum {
+                return (r.min <= 1).then_some(ApiRange {
+                    api_key: r.api_key,
+                    min: r.min,
+                    max: r.max.min(1),
+                });
+            }
             match crate::upstream::rewrite::rewritable_versions(api) {
                 None => Some(*r),
                 Some((min, max)) => {
@@ -256,6 +265,11 @@ mod tests {
                 max: 7,
             },
             ApiRange {
+                api_key: 55,
+                min: 0,
+                max: 2,
+            },
+            ApiRange {
                 api_key: 999,
                 min: 0,
                 max: 1,
@@ -293,6 +307,14 @@ mod tests {
                 api_key: 57,
                 min: 0,
                 max: 2
+            })
+        );
+        assert_eq!(
+            find(55),
+            Some(ApiRange {
+                api_key: 55,
+                min: 0,
+                max: 1
             })
         );
         assert_eq!(find(999), None);

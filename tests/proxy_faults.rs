@@ -1,0 +1,197 @@
+//! Upstream misbehaviour that a real broker does not produce on demand: a broker
+//! that answers with the wrong correlation id, with bytes that do not decode, or
+//! that hangs up mid-request. In every case kshim closes the client connection
+//! (so that the client retries), keeps running, and keeps answering ApiVersions.
+//!
+//! The fake broker answers only what kshim's discovery asks (ApiVersions and
+//! Metadata) correctly; what it does with forwarded requests is the fault under
+//! test. The proof that forwarding works is the interop suite against real Kafka.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use kshim::client::KafkaClient;
+use kshim::config::{Config, UpstreamConfig};
+use kshim::proxy::Proxy;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    WrongCorrelationId,
+    GarbageMetadata,
+    HangUp,
+}
+
+async fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
+    let size = s.read_i32().await.ok()?;
+    let mut buf = vec![0; usize::try_from(size).ok()?];
+    s.read_exact(&mut buf).await.ok()?;
+    Some(Bytes::from(buf))
+}
+
+async fn write_response(
+    s: &mut TcpStream,
+    correlation_id: i32,
+    flexible_header: bool,
+    body: &[u8],
+) {
+    let mut out = BytesMut::new();
+    out.put_i32((4 + usize::from(flexible_header) + body.len()) as i32);
+    out.put_i32(correlation_id);
+    if flexible_header {
+        out.put_u8(0);
+    }
+    out.put_slice(body);
+    let _ = s.write_all(&out).await;
+}
+
+fn encode<M: Encodable>(m: &M, version: i16) -> Bytes {
+    let mut out = BytesMut::new();
+    m.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// A broker at `port` that serves discovery properly and forwarded requests with
+/// `fault`. Discovery is told apart from forwarded requests by client id.
+async fn fake_broker(listener: TcpListener, fault: Fault) {
+    let port = listener.local_addr().unwrap().port();
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            return;
+        };
+        tokio::spawn(async move {
+            while let Some(frame) = read_frame(&mut s).await {
+                let api = i16::from_be_bytes([frame[0], frame[1]]);
+                let version = i16::from_be_bytes([frame[2], frame[3]]);
+                let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+                let id_len = i16::from_be_bytes([frame[8], frame[9]]) as usize;
+                let from_discovery = &frame[10..10 + id_len] == b"kshim";
+                if api == ApiKey::ApiVersions as i16 {
+                    let body = ApiVersionsResponse::default().with_api_keys(vec![
+                        ApiVersion::default()
+                            .with_api_key(0)
+                            .with_min_version(3)
+                            .with_max_version(12),
+                        ApiVersion::default()
+                            .with_api_key(3)
+                            .with_min_version(0)
+                            .with_max_version(12),
+                        ApiVersion::default()
+                            .with_api_key(18)
+                            .with_min_version(0)
+                            .with_max_version(4),
+                    ]);
+                    let v = version.min(3);
+                    write_response(&mut s, correlation_id, false, &encode(&body, v)).await;
+                    continue;
+                }
+                let metadata = MetadataResponse::default()
+                    .with_brokers(vec![MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(1))
+                        .with_host(StrBytes::from_static_str("127.0.0.1"))
+                        .with_port(i32::from(port))])
+                    .with_controller_id(BrokerId(1));
+                if from_discovery {
+                    write_response(
+                        &mut s,
+                        correlation_id,
+                        version >= 9,
+                        &encode(&metadata, version),
+                    )
+                    .await;
+                    continue;
+                }
+                match fault {
+                    Fault::WrongCorrelationId => {
+                        write_response(
+                            &mut s,
+                            correlation_id + 1,
+                            version >= 9,
+                            &encode(&metadata, version),
+                        )
+                        .await
+                    }
+                    Fault::GarbageMetadata => {
+                        // A broker list claiming 2^28 entries in a few bytes.
+                        write_response(
+                            &mut s,
+                            correlation_id,
+                            version >= 9,
+                            &[0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x01],
+                        )
+                        .await
+                    }
+                    Fault::HangUp => return,
+                }
+            }
+        });
+    }
+}
+
+async fn proxy_in_front_of(fault: Fault) -> (String, watch::Sender<bool>, tempfile::TempDir) {
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_addr = upstream.local_addr().unwrap().to_string();
+    tokio::spawn(fake_broker(upstream, fault));
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_config = UpstreamConfig {
+        bootstrap: vec![upstream_addr],
+        refresh_interval_ms: 200,
+        connect_timeout_ms: 1000,
+        port_base: Some(0),
+        ..UpstreamConfig::default()
+    };
+    let config = Config {
+        listen: "127.0.0.1:0".into(),
+        data_dir: dir.path().to_owned(),
+        upstream: Some(upstream_config.clone()),
+        ..Config::default()
+    };
+    let proxy = Proxy::bind(&config, &upstream_config)
+        .await
+        .expect("proxy starts");
+    let addr = proxy.local_addr.to_string();
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(proxy.serve(stopped));
+    (addr, stop, dir)
+}
+
+/// Metadata v12 with no topics, as a client would send it.
+fn metadata_body() -> Vec<u8> {
+    vec![1, 0, 0, 0]
+}
+
+#[tokio::test]
+async fn upstream_faults_close_the_client_connection_and_nothing_else() {
+    for fault in [
+        Fault::WrongCorrelationId,
+        Fault::GarbageMetadata,
+        Fault::HangUp,
+    ] {
+        let (addr, stop, _dir) = proxy_in_front_of(fault).await;
+        let timeout = Duration::from_secs(5);
+        let mut client = KafkaClient::connect(&addr, timeout).await.unwrap();
+        let (_, discovered) = client.api_versions().await.unwrap();
+        assert!(
+            discovered
+                .apis
+                .iter()
+                .any(|a| a.api_key == ApiKey::Metadata as i16),
+            "{fault:?}: the upstream's table is advertised"
+        );
+        let err = client
+            .request(ApiKey::Metadata, 12, &metadata_body())
+            .await
+            .expect_err("the connection must close");
+        assert!(err.to_string().contains("closed"), "{fault:?}: {err}");
+        // kshim itself is fine: a new connection is answered.
+        let mut again = KafkaClient::connect(&addr, timeout).await.unwrap();
+        let (_, still) = again.api_versions().await.unwrap();
+        assert_eq!(still.error_code, 0, "{fault:?}");
+        let _ = stop.send(true);
+    }
+}
