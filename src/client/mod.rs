@@ -168,29 +168,27 @@ impl KafkaClient {
                         source,
                     })?;
             if first == crate::protocol::error_codes::UNSUPPORTED_VERSION {
-                let decoded = api_versions::decode_response(0, &raw).map_err(|source| {
-                    ClientError::Decode {
-                        addr: self.addr.clone(),
-                        source,
-                    }
-                })?;
-                let max = decoded
-                    .apis
-                    .iter()
-                    .find(|a| a.api_key == ApiKey::ApiVersions as i16)
-                    .map(|a| a.max);
-                match max {
-                    Some(m) if m < version => {
-                        version = m;
-                        continue;
-                    }
-                    _ => {
-                        return Err(ClientError::Protocol {
-                            addr: self.addr.clone(),
-                            reason: "the server supports no common ApiVersions version".into(),
-                        })
-                    }
+                // Brokers list their ApiVersions range in the v0 layout. Some servers
+                // (librdkafka's mock cluster) send an unreadable list instead; then
+                // step down one version at a time.
+                let max = api_versions::decode_response(0, &raw)
+                    .ok()
+                    .and_then(|decoded| {
+                        decoded
+                            .apis
+                            .iter()
+                            .find(|a| a.api_key == ApiKey::ApiVersions as i16)
+                            .map(|a| a.max)
+                    })
+                    .unwrap_or(version - 1);
+                if (0..version).contains(&max) {
+                    version = max;
+                    continue;
                 }
+                return Err(ClientError::Protocol {
+                    addr: self.addr.clone(),
+                    reason: "the server supports no common ApiVersions version".into(),
+                });
             }
             let decoded = api_versions::decode_response(version, &raw).map_err(|source| {
                 ClientError::Decode {
