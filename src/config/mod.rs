@@ -300,7 +300,8 @@ impl Config {
                 w.finish();
             }
         }
-        c.validate(&mut errors);
+        // `kshim serve --upstream` may still supply the broker list.
+        c.check(&mut errors, false);
         if errors.is_empty() {
             Ok(c)
         } else {
@@ -308,8 +309,12 @@ impl Config {
         }
     }
 
-    /// Checks across keys; also run after command-line overrides.
+    /// Checks across keys; run after command-line overrides.
     pub fn validate(&self, errors: &mut Vec<String>) {
+        self.check(errors, true);
+    }
+
+    fn check(&self, errors: &mut Vec<String>, complete: bool) {
         check_host_port("listen", &self.listen, errors);
         if let Some(a) = &self.advertised_listener {
             check_host_port("advertised_listener", a, errors);
@@ -334,7 +339,7 @@ impl Config {
             }
         }
         if let Some(u) = &self.upstream {
-            if u.bootstrap.is_empty() {
+            if complete && u.bootstrap.is_empty() {
                 errors.push("upstream.bootstrap: give at least one HOST:PORT".into());
             }
             for b in &u.bootstrap {
@@ -645,13 +650,18 @@ mod tests {
         assert_eq!(u.port_base, Some(19100));
         assert_eq!(u.ports[&1001], 19201);
         assert_eq!(c.kshim_owned.len(), 2);
+        let mut no_bootstrap = Vec::new();
+        Config::from_toml("[upstream]\nrefresh_interval_ms = 10")
+            .expect("the broker list may come from --upstream")
+            .validate(&mut no_bootstrap);
+        assert_eq!(no_bootstrap.len(), 1, "{no_bootstrap:?}");
         let err = Config::from_toml(
-            "[upstream]\nbootstrap = []\nwat = 1\n[upstream.listeners.ports]\n\"x\" = 1\n\"2\" = 70000\n[features.ownership]\nkshim_owned = \"*\"",
+            "[upstream]\nbootstrap = [\"nope\"]\nwat = 1\n[upstream.listeners.ports]\n\"x\" = 1\n\"2\" = 70000\n[features.ownership]\nkshim_owned = \"*\"",
         )
         .unwrap_err()
         .to_string();
         for expected in [
-            "upstream.bootstrap: give at least one",
+            "upstream.bootstrap: \"nope\" is not HOST:PORT",
             "upstream.wat: unknown key",
             "the key must be a node id",
             "expected a port",
