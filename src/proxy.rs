@@ -77,6 +77,7 @@ impl Proxy {
         let upstream = Arc::new(Upstream::new(
             Listeners::new(layout, bound_tx),
             link.clone(),
+            upstream_config.sasl.clone(),
             upstream_config.bootstrap.clone(),
             refresh_tx,
         ));
@@ -91,8 +92,11 @@ impl Proxy {
             },
             upstream: Some(Arc::clone(&upstream)),
         });
-        let mut discoverer =
-            Discoverer::new(upstream_config.bootstrap.clone(), link.connect_timeout);
+        let mut discoverer = Discoverer::new(
+            upstream_config.bootstrap.clone(),
+            link.connect_timeout,
+            upstream_config.sasl.clone(),
+        );
         match discoverer.refresh(&ClusterView::default()).await {
             Ok(view) => apply(&context, &upstream, view, true).await,
             Err(e) => tracing::warn!(

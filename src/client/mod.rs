@@ -221,6 +221,62 @@ impl KafkaClient {
     }
 }
 
+/// SASL/PLAIN credentials for kshim's own connections to a cluster.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslPlain {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslPlain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SaslPlain({}, <password>)", self.username)
+    }
+}
+
+impl KafkaClient {
+    /// Authenticates this connection with SASL/PLAIN (SaslHandshake v1, then
+    /// SaslAuthenticate v1), as the first thing after connecting.
+    pub async fn authenticate_plain(&mut self, credentials: &SaslPlain) -> Result<(), ClientError> {
+        let addr = self.addr.clone();
+        let protocol = |reason: String| ClientError::Protocol {
+            addr: addr.clone(),
+            reason,
+        };
+        let mut handshake = Vec::new();
+        handshake.extend_from_slice(&5i16.to_be_bytes());
+        handshake.extend_from_slice(b"PLAIN");
+        let raw = self.request(ApiKey::SaslHandshake, 1, &handshake).await?;
+        let code = Reader::new(&raw)
+            .i16("ErrorCode")
+            .map_err(|e| protocol(format!("unreadable SaslHandshake response: {e}")))?;
+        if code != crate::protocol::error_codes::NONE {
+            return Err(protocol(format!(
+                "the broker refused SASL mechanism PLAIN ({})",
+                crate::protocol::error_codes::name(code)
+            )));
+        }
+        let token = format!("\0{}\0{}", credentials.username, credentials.password);
+        let mut auth = Vec::new();
+        auth.extend_from_slice(&(token.len() as i32).to_be_bytes());
+        auth.extend_from_slice(token.as_bytes());
+        let raw = self.request(ApiKey::SaslAuthenticate, 1, &auth).await?;
+        let mut r = Reader::new(&raw);
+        let (code, message) = r
+            .i16("ErrorCode")
+            .and_then(|code| Ok((code, r.nullable_string("ErrorMessage")?.map(str::to_owned))))
+            .map_err(|e| protocol(format!("unreadable SaslAuthenticate response: {e}")))?;
+        if code != crate::protocol::error_codes::NONE {
+            return Err(protocol(format!(
+                "SASL/PLAIN authentication as {} failed: {}",
+                credentials.username,
+                message.unwrap_or_else(|| crate::protocol::error_codes::name(code).to_owned())
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The highest version of `api` in `apis` that is at most `ours`.
 pub fn negotiate(apis: &[ApiRange], api: ApiKey, ours: i16) -> Option<i16> {
     apis.iter()

@@ -50,6 +50,9 @@ pub struct UpstreamConfig {
     /// Node N listens on port_base + N; default: the listen port; 0: ephemeral.
     pub port_base: Option<u16>,
     pub ports: BTreeMap<i32, u16>,
+    /// Credentials for kshim's own connections (discovery, forwarded
+    /// UpdateFeatures). Client connections carry their clients' own SASL.
+    pub sasl: Option<crate::client::SaslPlain>,
 }
 
 impl Default for UpstreamConfig {
@@ -63,6 +66,7 @@ impl Default for UpstreamConfig {
             advertised_host: None,
             port_base: None,
             ports: BTreeMap::new(),
+            sasl: None,
         }
     }
 }
@@ -455,7 +459,26 @@ fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> UpstreamConfig {
         u.max_response_bytes = v;
     }
     let listeners = w.table("listeners");
+    let sasl = w.table("sasl");
     w.finish();
+    if let Some(t) = sasl {
+        let mut w = walker("upstream.sasl", t, errors);
+        let mechanism = w.string("mechanism").unwrap_or_else(|| "PLAIN".into());
+        let username = w.string("username");
+        let password = w.string("password");
+        w.finish();
+        if mechanism != "PLAIN" {
+            errors.push(format!(
+                "upstream.sasl.mechanism: \"{mechanism}\" is not supported for kshim's own connections (only PLAIN)"
+            ));
+        }
+        match (username, password) {
+            (Some(username), Some(password)) => {
+                u.sasl = Some(crate::client::SaslPlain { username, password })
+            }
+            _ => errors.push("upstream.sasl: both username and password are required".into()),
+        }
+    }
     if let Some(t) = listeners {
         let mut w = walker("upstream.listeners", t, errors);
         u.listener_host = w.string("host");

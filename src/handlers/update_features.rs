@@ -125,6 +125,7 @@ async fn forward_to_upstream(
     let deadline = Instant::now() + timeout;
     let answer = cluster::forward_update_features(
         &upstream.targets(Route::Bootstrap),
+        upstream.sasl.as_ref(),
         version,
         request.body(),
         upstream.link.connect_timeout,

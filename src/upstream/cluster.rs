@@ -7,7 +7,7 @@
 
 use super::link::connect_first;
 use super::UpstreamError;
-use crate::client::{negotiate, KafkaClient};
+use crate::client::{negotiate, KafkaClient, SaslPlain};
 use crate::features::{FinalizedFeatures, SupportedFeatures, SupportedRange};
 use crate::protocol::api_versions::{ApiRange, DecodedApiVersions};
 use crate::protocol::error_codes;
@@ -141,6 +141,7 @@ impl ClusterView {
 pub struct Discoverer {
     bootstrap: Vec<String>,
     timeout: Duration,
+    sasl: Option<SaslPlain>,
     /// Control connections by broker address.
     clients: HashMap<String, KafkaClient>,
 }
@@ -148,10 +149,11 @@ pub struct Discoverer {
 const CLIENT_ID: &str = "kshim";
 
 impl Discoverer {
-    pub fn new(bootstrap: Vec<String>, timeout: Duration) -> Self {
+    pub fn new(bootstrap: Vec<String>, timeout: Duration, sasl: Option<SaslPlain>) -> Self {
         Discoverer {
             bootstrap,
             timeout,
+            sasl,
             clients: HashMap::new(),
         }
     }
@@ -212,11 +214,9 @@ impl Discoverer {
 
     async fn client(&mut self, target: &str) -> Result<&mut KafkaClient, UpstreamError> {
         if !self.clients.contains_key(target) {
-            let (stream, _) = connect_first(&[target.to_owned()], self.timeout).await?;
-            self.clients.insert(
-                target.to_owned(),
-                KafkaClient::from_stream(stream, target, self.timeout, CLIENT_ID),
-            );
+            let client =
+                control_connection(&[target.to_owned()], self.timeout, self.sasl.as_ref()).await?;
+            self.clients.insert(target.to_owned(), client);
         }
         self.clients
             .get_mut(target)
@@ -279,6 +279,24 @@ fn broken(target: &str, e: crate::client::ClientError) -> UpstreamError {
     }
 }
 
+/// A connection of kshim's own to the first of `targets` that accepts,
+/// authenticated when credentials are configured.
+async fn control_connection(
+    targets: &[String],
+    timeout: Duration,
+    sasl: Option<&SaslPlain>,
+) -> Result<KafkaClient, UpstreamError> {
+    let (stream, target) = connect_first(targets, timeout).await?;
+    let mut client = KafkaClient::from_stream(stream, &target, timeout, CLIENT_ID);
+    if let Some(credentials) = sasl {
+        client
+            .authenticate_plain(credentials)
+            .await
+            .map_err(|e| broken(&target, e))?;
+    }
+    Ok(client)
+}
+
 /// The cluster id and brokers at the head of a Metadata response body.
 pub fn decode_metadata_brokers(
     version: i16,
@@ -331,6 +349,7 @@ fn nullable(
 /// controller moved while the request was on its way) is retried until `deadline`.
 pub async fn forward_update_features(
     targets: &[String],
+    sasl: Option<&SaslPlain>,
     version: i16,
     body: &[u8],
     timeout: Duration,
@@ -338,8 +357,8 @@ pub async fn forward_update_features(
 ) -> Result<Bytes, UpstreamError> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let (stream, target) = connect_first(targets, timeout).await?;
-        let mut client = KafkaClient::from_stream(stream, &target, timeout, CLIENT_ID);
+        let mut client = control_connection(targets, timeout, sasl).await?;
+        let target = client.addr().to_owned();
         let raw = client
             .request(ApiKey::UpdateFeatures, version, body)
             .await

@@ -48,6 +48,8 @@ use tokio::sync::{mpsc, oneshot};
 pub struct Upstream {
     pub listeners: Listeners,
     pub link: LinkSettings,
+    /// Credentials for kshim's own connections.
+    pub sasl: Option<crate::client::SaslPlain>,
     bootstrap: Vec<String>,
     view: ArcSwap<ClusterView>,
     /// Spreads bootstrap connections over the live brokers.
@@ -61,12 +63,14 @@ impl Upstream {
     pub fn new(
         listeners: Listeners,
         link: LinkSettings,
+        sasl: Option<crate::client::SaslPlain>,
         bootstrap: Vec<String>,
         refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
     ) -> Upstream {
         Upstream {
             listeners,
             link,
+            sasl,
             bootstrap,
             view: ArcSwap::from_pointee(ClusterView::default()),
             rotation: AtomicUsize::new(0),
