@@ -3,7 +3,8 @@
 #   - Debian packages kcat and openssl (and a JDK, Maven, python3-venv when those are missing)
 #   - .venv with pytest, kafka-python, confluent-kafka, prometheus-client
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
-#   - the Go modules of tests/interop/go, when that directory has a go.mod
+#   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
+#     (kshim-go-probe, kshim-go-client) built into build/bin/
 # Safe to run again: each step checks first and skips what is already in place.
 set -euo pipefail
 
@@ -99,6 +100,15 @@ fi
 if [ -f "$GO_DIR/go.mod" ]; then
   step "go mod download in tests/interop/go"
   (cd "$GO_DIR" && timeout 900 go mod download) || die "go mod download in $GO_DIR failed"
+  # go build is incremental: rebuilding an up-to-date program costs a second or two.
+  mkdir -p "$ROOT/build/bin"
+  for cmd in "$GO_DIR"/cmd/*/; do
+    name="$(basename "$cmd")"
+    step "go build build/bin/$name"
+    (cd "$GO_DIR" && timeout 900 go build -o "$ROOT/build/bin/$name" "./cmd/$name") \
+      || die "go build of tests/interop/go/cmd/$name failed"
+    [ -x "$ROOT/build/bin/$name" ] || die "go build did not produce build/bin/$name"
+  done
 else
   step "tests/interop/go has no go.mod; skipping go mod download"
 fi

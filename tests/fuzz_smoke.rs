@@ -45,8 +45,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
 // Seeds
 // ---------------------------------------------------------------------------
 
+/// Captured answer bodies, with the ApiVersions version each answers.
+type AnswerSeeds = Vec<(i16, Vec<u8>)>;
+
 /// The captured request frames (size prefix stripped) and captured answer bodies.
-fn fixture_seeds() -> (Vec<Vec<u8>>, Vec<(i16, Vec<u8>)>) {
+fn fixture_seeds() -> (Vec<Vec<u8>>, AnswerSeeds) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("protocol-fixtures");
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();

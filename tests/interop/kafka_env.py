@@ -15,6 +15,7 @@ import atexit
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,7 @@ INTEROP_DIR = Path(__file__).resolve().parent
 JARS_DIR = Path(os.environ.get("KSHIM_KAFKA_JARS", REPO_ROOT / "build" / "kafka-jars"))
 BROKER_LOG4J = INTEROP_DIR / "log4j2-broker.properties"
 TOOLS_LOG4J = INTEROP_DIR / "log4j2-tools.properties"
+CLIENTS_LOG4J = INTEROP_DIR / "log4j2-clients.properties"
 FEATURE_INTEROP_SRC = INTEROP_DIR / "java" / "FeatureInterop.java"
 INSTALL_HINT = "bash scripts/install-deps.sh"
 
@@ -303,6 +305,65 @@ class JavaResult:
         return [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
 
 
+def java_command(
+    main_and_args: Sequence[str],
+    *,
+    extra_classpath: Iterable[os.PathLike | str] = (),
+    jvm_args: Sequence[str] = (),
+    log_config: Path = TOOLS_LOG4J,
+) -> list[str]:
+    return [
+        "java",
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={log_config}",
+        *jvm_args,
+        "-cp",
+        classpath(*extra_classpath),
+        *main_and_args,
+    ]
+
+
+class BackgroundJava:
+    """A Java tool running in the background, stdout and stderr in files of their own;
+    registered for the atexit cleanup and stopped by PID."""
+
+    def __init__(self, main_and_args: Sequence[str], *, workdir: Path, name: str,
+                 extra_classpath: Iterable[os.PathLike | str] = (), log_config: Path = TOOLS_LOG4J):
+        self.stdout_path = Path(workdir) / f"{name}.out"
+        self.stderr_path = Path(workdir) / f"{name}.err"
+        cmd = java_command(main_and_args, extra_classpath=extra_classpath, log_config=log_config)
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                cmd, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True,
+            )
+        _register(self.proc)
+
+    def wait(self, timeout: float) -> JavaResult:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_process(self.proc, timeout=5)
+            raise EnvError(
+                f"background Java tool did not finish within {timeout}s\n"
+                f"stdout:\n{tail(self.stdout_path)}\nstderr:\n{tail(self.stderr_path)}"
+            )
+        _unregister(self.proc)
+        return JavaResult(
+            self.proc.returncode,
+            _filter_noise(self.stdout_path.read_text(errors="replace")),
+            _filter_noise(self.stderr_path.read_text(errors="replace")),
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        stop_process(self.proc, timeout=5)
+
+
 def run_java(
     main_and_args: Sequence[str],
     *,
@@ -310,22 +371,13 @@ def run_java(
     jvm_args: Sequence[str] = (),
     timeout: float = JAVA_TOOL_TIMEOUT_S,
     input_text: str | None = None,
+    log_config: Path = TOOLS_LOG4J,
 ) -> JavaResult:
     """Run `java -cp 'build/kafka-jars/*' MAIN ARGS...`; SLF4J noise is filtered from the output.
 
     `main_and_args[0]` may be a class name or a single-file `.java` source.
     """
-    cmd = [
-        "java",
-        "-Xmx256m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
-        *jvm_args,
-        "-cp",
-        classpath(*extra_classpath),
-        *main_and_args,
-    ]
+    cmd = java_command(main_and_args, extra_classpath=extra_classpath, jvm_args=jvm_args, log_config=log_config)
     try:
         cp = subprocess.run(
             cmd,
@@ -437,10 +489,27 @@ class KafkaNode:
     console_path: Path  # stdout/stderr of the JVM
     extra_ports: list[int] = field(default_factory=list)  # for listeners a test adds
     proc: subprocess.Popen | None = None
+    # Listener for inter-broker traffic when the cluster keeps it off the client listener.
+    internal_port: int | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def internal_bootstrap(self) -> str | None:
+        return None if self.internal_port is None else f"127.0.0.1:{self.internal_port}"
+
+    @property
+    def probe_bootstrap(self) -> str:
+        """Where the harness itself talks to the node: never the client listener when there is
+        another one, so that the client listener only ever sees the clients under test."""
+        return self.internal_bootstrap or self.bootstrap
+
+    @property
+    def connections_log_path(self) -> Path:
+        """DEBUG lines of the socket acceptors: one per accepted connection, on any listener."""
+        return self.dir / "connections.log"
 
     @property
     def pid(self) -> int | None:
@@ -450,6 +519,50 @@ class KafkaNode:
         return self.proc is not None and self.proc.poll() is None
 
 
+# Kafka 4.1.1's kafka.network.Acceptor (logger kafka.network.DataPlaneAcceptor) logs at DEBUG:
+#   Accepted connection from /127.0.0.1:54321 on /127.0.0.1:9092 and assigned it to processor 3, ...
+_ACCEPTED_RE = re.compile(
+    r"Accepted connection from /?(?P<rhost>[^\s:/]*):(?P<rport>\d+) on /?(?P<lhost>[^\s:/]*):(?P<lport>\d+)"
+)
+
+
+@dataclass(frozen=True)
+class AcceptedConnection:
+    node_id: int
+    remote_host: str
+    remote_port: int
+    local_port: int
+    line: str
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} accepted {self.remote_host}:{self.remote_port} on :{self.local_port}"
+
+
+def metadata_brokers(bootstrap: str, timeout: float = 5.0) -> list[tuple[int, str, int]]:
+    """Metadata v1 for no topics; returns the live brokers [(node_id, host, port)]."""
+    host, port = split_hostport(bootstrap)
+    client_id = b"kshim-interop"
+    frame = struct.pack(">hhih", 3, 1, 7, len(client_id)) + client_id + struct.pack(">i", 0)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+        resp = _recv_exact(sock, size)
+    pos = 4
+    (n,) = struct.unpack_from(">i", resp, pos)
+    pos += 4
+    brokers = []
+    for _ in range(n):
+        node_id, hlen = struct.unpack_from(">ih", resp, pos)
+        pos += 6
+        bhost = resp[pos : pos + hlen].decode()
+        pos += hlen
+        (bport, rlen) = struct.unpack_from(">ih", resp, pos)
+        pos += 6 + max(rlen, 0)
+        brokers.append((node_id, bhost, bport))
+    return brokers
+
+
 class KafkaCluster:
     """N combined broker+controller KRaft nodes on loopback, in their own temp directory.
 
@@ -457,6 +570,9 @@ class KafkaCluster:
     or ["--feature", "group.version=0"]. `extra_properties` are added to every server.properties.
     `listener_overrides` are properties whose values are str.format()ed per node with {port},
     {controller_port}, {node_id} and {extra0}, {extra1}, ... (`extra_ports` more free ports per node).
+    With `separate_inter_broker`, brokers replicate over an INTERNAL listener of their own
+    ({internal_port}), and the harness's readiness probes use it too: the PLAINTEXT client
+    listener then sees nothing but the clients (or proxies) under test.
     """
 
     def __init__(
@@ -469,6 +585,7 @@ class KafkaCluster:
         listener_overrides: dict[str, str] | None = None,
         extra_ports: int = 0,
         heap: str = "768m",
+        separate_inter_broker: bool = False,
     ):
         require_jars()
         if nodes < 1:
@@ -480,14 +597,17 @@ class KafkaCluster:
         self.extra_properties = dict(extra_properties or {})
         self.listener_overrides = dict(listener_overrides or {})
         self.heap = heap
-        per_node = 2 + extra_ports
+        self.separate_inter_broker = separate_inter_broker
+        internal = 1 if separate_inter_broker else 0
+        per_node = 2 + extra_ports + internal
         ports = free_ports(per_node * nodes)
         self.nodes = [
             KafkaNode(
                 node_id=i + 1,
                 port=ports[per_node * i],
                 controller_port=ports[per_node * i + 1],
-                extra_ports=ports[per_node * i + 2 : per_node * (i + 1)],
+                extra_ports=ports[per_node * i + 2 : per_node * i + 2 + extra_ports],
+                internal_port=ports[per_node * (i + 1) - 1] if internal else None,
                 dir=self.workdir / f"node{i + 1}",
                 properties_path=self.workdir / f"node{i + 1}" / "server.properties",
                 log_path=self.workdir / f"node{i + 1}" / "server.log",
@@ -521,9 +641,105 @@ class KafkaCluster:
             raise
         return self
 
+    @property
+    def internal_bootstrap(self) -> str:
+        """The inter-broker listeners (the client listeners when there are no separate ones)."""
+        return ",".join(n.probe_bootstrap for n in self.nodes)
+
+    def node(self, node_id: int) -> KafkaNode:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(f"no node {node_id}")
+
     def stop(self) -> None:
+        # Signal every node first so that their controlled shutdowns overlap.
+        for node in self.nodes:
+            if node.alive():
+                try:
+                    os.kill(node.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         for node in self.nodes:
             stop_process(node.proc)
+
+    def stop_node(self, node_id: int, *, kill: bool = False, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """Stop one node by its PID: SIGTERM (a controlled shutdown) or, with `kill`, SIGKILL."""
+        node = self.node(node_id)
+        if kill and node.alive():
+            try:
+                os.kill(node.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return stop_process(node.proc, timeout=timeout)
+
+    def start_node(self, node_id: int, timeout: float = KAFKA_START_TIMEOUT_S) -> KafkaNode:
+        """Start a stopped node again, on the same ports and data, and wait until it answers."""
+        node = self.node(node_id)
+        if node.alive():
+            raise EnvError(f"Kafka node {node_id} is already running")
+        # The listener ports were the node's a moment ago; the JVM binds with SO_REUSEADDR,
+        # but wait for the kernel to let go of them anyway so that a bind error is not a race.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+            port_accepts("127.0.0.1", p, timeout=0.2) for p in (node.port, node.controller_port)
+        ):
+            time.sleep(0.2)
+        self._launch(node)
+        self._wait_ready(node, time.monotonic() + timeout, timeout)
+        return node
+
+    def restart_node(self, node_id: int, *, kill: bool = False, timeout: float = KAFKA_START_TIMEOUT_S) -> KafkaNode:
+        self.stop_node(node_id, kill=kill)
+        return self.start_node(node_id, timeout=timeout)
+
+    def wait_brokers_registered(self, node_ids: Iterable[int] | None = None, timeout: float = 60.0) -> None:
+        """Wait until every node's Metadata lists all of `node_ids` (default: every node) as
+        live brokers; a restarted node is unfenced only some time after it answers."""
+        want = set(node_ids if node_ids is not None else (n.node_id for n in self.nodes))
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                seen = [set(b[0] for b in metadata_brokers(n.probe_bootstrap)) for n in self.nodes if n.alive()]
+                if seen and all(want <= s for s in seen):
+                    return
+                last = seen
+            except (OSError, EnvError, struct.error, IndexError) as e:
+                last = repr(e)
+            time.sleep(0.5)
+        raise EnvError(f"brokers {sorted(want)} not all registered within {timeout}s (last: {last})")
+
+    # -- accepted connections on the client listener
+
+    def connection_marks(self) -> dict[int, int]:
+        """Current size of every node's connections.log, for `accepted_connections(since=...)`."""
+        marks = {}
+        for n in self.nodes:
+            try:
+                marks[n.node_id] = n.connections_log_path.stat().st_size
+            except FileNotFoundError:
+                marks[n.node_id] = 0
+        return marks
+
+    def accepted_connections(self, since: dict[int, int] | None = None) -> list["AcceptedConnection"]:
+        """Connections each node accepted on its client (PLAINTEXT) listener, after `since`."""
+        out = []
+        for n in self.nodes:
+            start = (since or {}).get(n.node_id, 0)
+            try:
+                with open(n.connections_log_path, "rb") as f:
+                    f.seek(start)
+                    data = f.read().decode(errors="replace")
+            except FileNotFoundError:
+                continue
+            for line in data.splitlines():
+                m = _ACCEPTED_RE.search(line)
+                if m and int(m.group("lport")) == n.port:
+                    out.append(
+                        AcceptedConnection(n.node_id, m.group("rhost"), int(m.group("rport")), int(m.group("lport")), line)
+                    )
+        return out
 
     def cleanup(self) -> None:
         self.stop()
@@ -562,10 +778,24 @@ class KafkaCluster:
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
         }
+        if node.internal_port is not None:
+            props["listeners"] = (
+                f"PLAINTEXT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port},"
+                f"CONTROLLER://127.0.0.1:{node.controller_port}"
+            )
+            props["advertised.listeners"] = (
+                f"PLAINTEXT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port}"
+            )
+            props["inter.broker.listener.name"] = "INTERNAL"
+            props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
         names = {f"extra{i}": p for i, p in enumerate(node.extra_ports)}
         for key, value in self.listener_overrides.items():
             props[key] = value.format(
-                port=node.port, controller_port=node.controller_port, node_id=node.node_id, **names
+                port=node.port,
+                controller_port=node.controller_port,
+                node_id=node.node_id,
+                internal_port=node.internal_port,
+                **names,
             )
         props.update(self.extra_properties)
         node.properties_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -618,7 +848,7 @@ class KafkaCluster:
                     f"--- {node.console_path}:\n{tail(node.console_path)}\n--- {node.log_path}:\n{tail(node.log_path)}"
                 )
             try:
-                info = api_versions(node.bootstrap, timeout=2.0)
+                info = api_versions(node.probe_bootstrap, timeout=2.0)
                 if info.error_code == 0 and "metadata.version" in info.finalized:
                     return
                 last_err = f"ApiVersions error={info.error_code} finalized={info.finalized}"
@@ -626,7 +856,7 @@ class KafkaCluster:
                 last_err = repr(e)
             time.sleep(0.5)
         raise EnvError(
-            f"Kafka node {node.node_id} on {node.bootstrap} did not answer within {timeout}s ({last_err})\n"
+            f"Kafka node {node.node_id} on {node.probe_bootstrap} did not answer within {timeout}s ({last_err})\n"
             f"--- {node.log_path} (last lines):\n{tail(node.log_path)}\n--- {node.console_path}:\n{tail(node.console_path)}"
         )
 
@@ -634,6 +864,125 @@ class KafkaCluster:
 def start_kafka(nodes: int = 1, **kwargs) -> KafkaCluster:
     """Start a KRaft cluster of `nodes` combined nodes; call `.cleanup()` when done."""
     return KafkaCluster(nodes, **kwargs).start()
+
+
+# --------------------------------------------------------------------------------------------
+# the librdkafka mock cluster
+
+MOCK_CLUSTER_SRC = INTEROP_DIR / "mock_cluster.py"
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                out.add(target[8:-1])
+    except (FileNotFoundError, PermissionError):
+        pass
+    return out
+
+
+def established_to(ports: set[int]) -> list[tuple[int, int, str]]:
+    """Established loopback TCP sockets whose remote port is in `ports`:
+    [(local_port, remote_port, inode)], i.e. the client ends of connections to those ports."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == "01":
+                rport = int(cols[2].rsplit(":", 1)[1], 16)
+                if rport in ports:
+                    out.append((int(cols[1].rsplit(":", 1)[1], 16), rport, cols[9]))
+    return out
+
+
+class MockCluster:
+    """A librdkafka mock cluster (confluent-kafka's `test.mock.num.brokers`) in a helper
+    process of its own, stopped by PID. `.bootstrap` is the mock's broker list."""
+
+    def __init__(self, brokers: int = 3, *, workdir: Path | None = None, lifetime_s: float = 1200):
+        self.brokers = brokers
+        self.lifetime_s = lifetime_s
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kshim-mock-"))
+        self.log_path = self.workdir / "mock.log"
+        self.proc: subprocess.Popen | None = None
+        self.bootstrap: str | None = None
+
+    @property
+    def ports(self) -> set[int]:
+        return {split_hostport(b)[1] for b in (self.bootstrap or "").split(",") if b}
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 30) -> "MockCluster":
+        import sys
+
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            raise EnvError(f"confluent-kafka is not installed in {sys.executable}; run: {INSTALL_HINT}")
+        cmd = [sys.executable, str(MOCK_CLUSTER_SRC), "--brokers", str(self.brokers), "--seconds", str(self.lifetime_s)]
+        self.proc = _spawn(cmd, cwd=self.workdir, log_path=self.log_path)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                if line.startswith("MOCK_BOOTSTRAP "):
+                    self.bootstrap = line.split()[1]
+                    if all(port_accepts(*split_hostport(b)) for b in self.bootstrap.split(",")):
+                        return self
+            if not self.alive():
+                raise EnvError(f"mock cluster helper exited rc={self.proc.returncode}\n{tail(self.log_path)}")
+            time.sleep(0.1)
+        self.stop()
+        raise EnvError(f"mock cluster did not announce its bootstrap within {timeout}s\n{tail(self.log_path)}")
+
+    def own_socket_inodes(self) -> set[str]:
+        return _socket_inodes(self.proc.pid) if self.alive() else set()
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_workdir and not os.environ.get("KSHIM_KEEP_TMP"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class ConnectionSampler:
+    """Samples, every `interval` seconds in a thread, the client ends of established
+    connections to `ports` (a server that does not log its accepts, like the mock cluster)."""
+
+    def __init__(self, ports: set[int], interval: float = 0.02):
+        self.ports = set(ports)
+        self.interval = interval
+        self.seen: dict[tuple[int, int], str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for lport, rport, inode in established_to(self.ports):
+                self.seen.setdefault((lport, rport), inode)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "ConnectionSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -681,8 +1030,99 @@ def compose_kshim_config(config_toml: str, *, port: int, data_dir: Path, draft_t
     return "\n".join(head) + "\n\n" + config_toml.strip() + "\n\n" + "\n".join(tail_parts)
 
 
+def compose_upstream_config(
+    config_toml: str,
+    *,
+    port: int,
+    data_dir: Path,
+    upstream: str | None,
+    refresh_interval_ms: int | None,
+    port_base: int | None,
+    listener_ports: dict[int, int] | None,
+) -> str:
+    """The test's TOML plus listen, data_dir and an [upstream] table (proxy mode).
+
+    `upstream` None leaves the broker list to `kshim serve --upstream`."""
+    keys = _toml_top_level_keys(config_toml)
+    head = []
+    if "listen" not in keys:
+        head.append(f'listen = "127.0.0.1:{port}"')
+    if "data_dir" not in keys:
+        head.append(f"data_dir = {json.dumps(str(data_dir))}")
+    parts = ["\n".join(head), config_toml.strip()]
+    if "upstream" not in keys:
+        up = ["[upstream]"]
+        if upstream is not None:
+            up.append(f"bootstrap = {json.dumps(upstream)}")
+        if refresh_interval_ms is not None:
+            up.append(f"refresh_interval_ms = {int(refresh_interval_ms)}")
+        if port_base is not None or listener_ports:
+            up += ["", "[upstream.listeners]"]
+            if port_base is not None:
+                up.append(f"port_base = {int(port_base)}")
+            if listener_ports:
+                up += ["", "[upstream.listeners.ports]"]
+                up += [f'"{node_id}" = {p}' for node_id, p in sorted(listener_ports.items())]
+        if len(up) > 1:  # no empty [upstream] table: the brokers may all come from --upstream
+            parts.append("\n".join(up))
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+# kshim (RUST_LOG=...,kshim::upstream=debug) logs every upstream TCP connection it opens as
+#   ... upstream connection from 127.0.0.1:LOCALPORT to 127.0.0.1:BROKERPORT ...
+_UPSTREAM_CONN_RE = re.compile(
+    r"upstream connection from (?P<lhost>[^\s:]+):(?P<lport>\d+) to (?P<rhost>[^\s:]+):(?P<rport>\d+)"
+)
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+UPSTREAM_RUST_LOG = "info,kshim::upstream=debug"
+
+
+@dataclass(frozen=True)
+class UpstreamConnection:
+    local_host: str
+    local_port: int
+    remote_host: str
+    remote_port: int
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports process `pid` is listening on (from /proc; IPv4 and IPv6)."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    try:
+        for fd in fd_dir.iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except FileNotFoundError:
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            cols = line.split()
+            # cols: sl local_address rem_address st ... inode; st 0A = LISTEN
+            if len(cols) > 9 and cols[3] == "0A" and cols[9] in inodes:
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 class KshimProcess:
-    """One `kshim serve` process with its own config file, data dir, port and log file."""
+    """One `kshim serve` process with its own config file, data dir, port and log file.
+
+    Without `upstream`, a standalone (discovery) kshim, configured as before. With
+    `upstream="HOST:PORT,..."`, a proxy in front of those brokers: the config gets an
+    [upstream] table (or, with `upstream_via_cli`, the brokers go on `--upstream`), and kshim
+    runs with RUST_LOG=`rust_log` so that its upstream connections are logged.
+    `listener_ports` {node_id: port} pins the per-node listeners; `port_base` 0 lets kshim
+    pick an ephemeral port per node.
+    """
 
     def __init__(
         self,
@@ -692,6 +1132,13 @@ class KshimProcess:
         workdir: Path | None = None,
         binary: Path | None = None,
         extra_args: Sequence[str] = (),
+        upstream: str | None = None,
+        upstream_via_cli: bool = False,
+        refresh_interval_ms: int | None = 1000,
+        port_base: int | None = 0,
+        listener_ports: dict[int, int] | None = None,
+        rust_log: str | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.binary = require_kshim_binary(binary)
         self._own_workdir = workdir is None
@@ -700,12 +1147,29 @@ class KshimProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.config_path = self.workdir / "kshim.toml"
-        self.config_text = compose_kshim_config(
-            config_toml, port=self.port, data_dir=self.data_dir, draft_tags=draft_tags
-        )
+        self.upstream = upstream
+        self.listener_ports = dict(listener_ports or {})
+        if upstream is None:
+            self.config_text = compose_kshim_config(
+                config_toml, port=self.port, data_dir=self.data_dir, draft_tags=draft_tags
+            )
+        else:
+            self.config_text = compose_upstream_config(
+                config_toml,
+                port=self.port,
+                data_dir=self.data_dir,
+                upstream=None if upstream_via_cli else upstream,
+                refresh_interval_ms=refresh_interval_ms,
+                port_base=port_base,
+                listener_ports=self.listener_ports,
+            )
         self.config_path.write_text(self.config_text)
         self.log_path = self.workdir / "kshim.log"
         self.extra_args = list(extra_args)
+        if upstream is not None and upstream_via_cli:
+            self.extra_args += ["--upstream", upstream]
+        self.rust_log = rust_log if rust_log is not None else (UPSTREAM_RUST_LOG if upstream else None)
+        self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -737,13 +1201,19 @@ class KshimProcess:
             log.write(f"\n=== start {' '.join(cmd)}\n".encode())
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
+        if self.rust_log is not None:
+            env["RUST_LOG"] = self.rust_log
+            env["NO_COLOR"] = "1"
+        env.update(self.extra_env)
         self.proc = _spawn(cmd, cwd=self.workdir, log_path=self.log_path, env=env)
         deadline = time.monotonic() + timeout
+        # A proxy is ready once its bootstrap and every pinned per-node listener accept.
+        ports = [self.port, *self.listener_ports.values()]
         while time.monotonic() < deadline:
             if not self.alive():
                 rc = self.proc.returncode
                 raise EnvError(f"kshim exited with rc={rc} during startup\n--- {self.log_path}:\n{tail(self.log_path)}")
-            if port_accepts("127.0.0.1", self.port, timeout=0.5):
+            if all(port_accepts("127.0.0.1", p, timeout=0.5) for p in ports):
                 return self
             time.sleep(0.1)
         self.stop()
@@ -752,6 +1222,27 @@ class KshimProcess:
     def stop(self) -> int | None:
         rc = stop_process(self.proc)
         return rc
+
+    def log_text(self) -> str:
+        try:
+            return _ANSI_RE.sub("", self.log_path.read_text(errors="replace"))
+        except FileNotFoundError:
+            return ""
+
+    def upstream_connections(self) -> list[UpstreamConnection]:
+        """Every upstream connection kshim has logged so far (all of its runs)."""
+        return [
+            UpstreamConnection(m.group("lhost"), int(m.group("lport")), m.group("rhost"), int(m.group("rport")))
+            for m in _UPSTREAM_CONN_RE.finditer(self.log_text())
+        ]
+
+    def upstream_local_ports(self) -> set[int]:
+        """kshim-side local ports of its upstream connections, from its log."""
+        return {c.local_port for c in self.upstream_connections()}
+
+    def listening_ports(self) -> set[int]:
+        """Ports the running kshim process listens on: bootstrap plus one per upstream node."""
+        return listening_ports(self.proc.pid) if self.alive() else set()
 
     def restart(self, timeout: float = KSHIM_START_TIMEOUT_S) -> "KshimProcess":
         self.stop()
