@@ -9,6 +9,7 @@
 use super::Limits;
 use crate::handlers::{dispatch, Action, Context, Peer};
 use crate::protocol::FrameCodec;
+use crate::upstream::link::write_frame;
 use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -60,10 +61,7 @@ pub(super) async fn run(
             Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
                 let written = match reply {
                     Reply::Prefixed(frame) => out.write_all(&frame).await,
-                    Reply::Unprefixed(frame) => match out.write_all(&(frame.len() as u32).to_be_bytes()).await {
-                        Ok(()) => out.write_all(&frame).await,
-                        Err(e) => Err(e),
-                    },
+                    Reply::Unprefixed(frame) => write_frame(&mut out, &frame).await,
                     Reply::Close(why) => break why,
                 };
                 if let Err(e) = written {

@@ -239,10 +239,15 @@ fn broken(target: &str, e: &std::io::Error) -> UpstreamError {
     }
 }
 
-async fn write_frame<W: tokio::io::AsyncWrite + Unpin>(
+/// Writes the size prefix and the frame as one vectored write: written one after
+/// the other, a frame larger than the buffer would send its 4-byte prefix in a
+/// packet of its own.
+pub(crate) async fn write_frame<W: tokio::io::AsyncWrite + Unpin>(
     out: &mut BufWriter<W>,
     frame: &[u8],
 ) -> std::io::Result<()> {
-    out.write_all(&(frame.len() as u32).to_be_bytes()).await?;
-    out.write_all(frame).await
+    use bytes::Buf;
+    let prefix = (frame.len() as u32).to_be_bytes();
+    let mut both = (&prefix[..]).chain(frame);
+    out.write_all_buf(&mut both).await
 }
