@@ -290,7 +290,11 @@ fn layout(
             .clone()
             .unwrap_or_else(|| node.host.clone()),
         bind_host,
-        port_base: upstream.port_base.unwrap_or(bound.port()),
+        // Node 0 must not land on the bootstrap port.
+        port_base: upstream
+            .port_base
+            .unwrap_or_else(|| bound.port().saturating_add(1)),
         ports: upstream.ports.clone(),
+        bootstrap_port: bound.port(),
     }
 }

@@ -47,7 +47,7 @@ pub struct UpstreamConfig {
     /// The host clients are told for per-broker listeners; default: the host of
     /// `advertised_listener`, else the listener host.
     pub advertised_host: Option<String>,
-    /// Node N listens on port_base + N; default: the listen port; 0: ephemeral.
+    /// Node N listens on port_base + N; default: the listen port + 1; 0: ephemeral.
     pub port_base: Option<u16>,
     pub ports: BTreeMap<i32, u16>,
     /// Credentials for kshim's own connections (discovery, forwarded

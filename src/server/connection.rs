@@ -83,6 +83,11 @@ pub(super) async fn run(
                 Some(Err(e)) => break e.to_string(),
                 None => reading = false,
             },
+            // Broker-side state (SASL authentication, for one) lives on the upstream
+            // connection; once it ends, the client must start over on a new one.
+            _ = link_closed(&link), if link.is_some() => {
+                break "the upstream connection ended".into();
+            }
             _ = gone(&mut broker_gone), if broker_gone.is_some() => {
                 break "the upstream broker behind this listener left or moved".into();
             }
@@ -91,6 +96,13 @@ pub(super) async fn run(
     };
     let _ = out.flush().await;
     tracing::debug!(peer = %addr, "connection closed: {reason}");
+}
+
+async fn link_closed(link: &Option<UpstreamLink>) {
+    match link {
+        Some(l) => l.closed().await,
+        None => std::future::pending::<()>().await,
+    }
 }
 
 async fn gone(watch: &mut Option<watch::Receiver<u64>>) {
@@ -129,8 +141,8 @@ fn reply_to(
                 ))));
             };
             let open = match link {
-                Some(l) if !l.is_closed() => l,
-                _ => {
+                Some(l) => l,
+                None => {
                     let targets = upstream.targets(peer.route);
                     if targets.is_empty() {
                         return Some(Box::pin(std::future::ready(Reply::Close(format!(

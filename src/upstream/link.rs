@@ -86,9 +86,9 @@ impl UpstreamLink {
         Ok(pending)
     }
 
-    /// Whether the upstream connection has ended (the task is gone).
-    pub fn is_closed(&self) -> bool {
-        self.requests.is_closed()
+    /// Resolves when the upstream connection has ended.
+    pub async fn closed(&self) {
+        self.requests.closed().await
     }
 }
 

@@ -34,24 +34,36 @@ pub struct ListenerLayout {
     pub port_base: u16,
     /// Explicit node id -> port, ahead of `port_base`.
     pub ports: BTreeMap<i32, u16>,
+    /// The bootstrap listener's port, which no broker may take.
+    pub bootstrap_port: u16,
 }
 
 impl ListenerLayout {
     /// The port for `node_id`, 0 for an ephemeral one.
     pub fn port_for(&self, node_id: i32) -> Result<u16, String> {
-        if let Some(&port) = self.ports.get(&node_id) {
-            return Ok(port);
-        }
-        if self.port_base == 0 {
+        let port = if let Some(&port) = self.ports.get(&node_id) {
+            port
+        } else if self.port_base == 0 {
             return Ok(0);
+        } else {
+            u16::try_from(i64::from(self.port_base) + i64::from(node_id))
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| {
+                    format!(
+                        "node {node_id} has no port: port_base {} + {node_id} is outside 1-65535; \
+                         give it one in upstream.listeners.ports",
+                        self.port_base
+                    )
+                })?
+        };
+        if port != 0 && port == self.bootstrap_port {
+            return Err(format!(
+                "node {node_id} would be served on {port}, the bootstrap listener's port; \
+                 give it another in upstream.listeners.ports or move port_base"
+            ));
         }
-        u16::try_from(i64::from(self.port_base) + i64::from(node_id)).map_err(|_| {
-            format!(
-                "node {node_id} has no port: port_base {} + {node_id} is above 65535; \
-                 give it one in upstream.listeners.ports",
-                self.port_base
-            )
-        })
+        Ok(port)
     }
 }
 
@@ -204,7 +216,8 @@ mod tests {
             bind_host: "127.0.0.1".into(),
             advertised_host: "kshim.example".into(),
             port_base: base,
-            ports: [(7, 0)].into(),
+            ports: [(7, 0), (8, 9092)].into(),
+            bootstrap_port: 9092,
         }
     }
 

@@ -50,7 +50,13 @@ kshim_owned = ["kshim.*", "share.version"]
 
 
 def proxy_config(broker: kafka_env.KafkaCluster, extra: str = "") -> str:
-    return f'[upstream]\nbootstrap = "{broker.bootstrap}"\n' + PROXY_CONFIG.replace("[upstream]\n", "", 1) + extra
+    # The first bootstrap address has nobody listening: kshim must fall back to the next.
+    dead = f"127.0.0.1:{kafka_env.free_port()}"
+    return (
+        f'[upstream]\nbootstrap = "{dead},{broker.bootstrap}"\n'
+        + PROXY_CONFIG.replace("[upstream]\n", "", 1)
+        + extra
+    )
 
 
 @pytest.fixture(scope="module")
