@@ -2,7 +2,7 @@
 # The test command: installs what is missing, builds, and runs every test.
 #   1. scripts/install-deps.sh  (Debian packages, Python venv, Kafka 4.1.1 jars, Go modules)
 #   2. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
-#   3. pytest tests/interop     (real Kafka 4.1.1 broker and real clients against kshim)
+#   3. pytest tests/interop     (real Kafka 4.1.1 clusters and real clients, kshim standalone and in front)
 # Every step is bounded in time; any failure stops the run with a non-zero exit.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
