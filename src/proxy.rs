@@ -5,13 +5,11 @@
 //! Used by `kshim serve --upstream` and by the integration tests.
 
 use crate::config::{Config, UpstreamConfig};
-use crate::controller::{ControllerSettings, FeatureController};
 use crate::features::{Mirror, Ownership, Supporter};
 use crate::handlers::api_versions::{proxy_apis, Discovery};
 use crate::handlers::{Authorizer, Context, NodeAddress};
 use crate::server::{self, Limits};
-use crate::standalone::StartError;
-use crate::store::FileStore;
+use crate::standalone::{advertised_address, bind_listener, limits, open_controller, StartError};
 use crate::upstream::cluster::Discoverer;
 use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
 use std::net::SocketAddr;
@@ -43,30 +41,9 @@ impl Proxy {
         config: &Config,
         upstream_config: &UpstreamConfig,
     ) -> Result<Proxy, StartError> {
-        let store = FileStore::open(&config.data_dir)?;
-        let controller = Arc::new(FeatureController::open(
-            Arc::new(store),
-            ControllerSettings {
-                node_id: config.node_id,
-                cluster_id: config.cluster_id.clone(),
-                supported: config.supported_features(),
-                bootstrap: config.bootstrap.clone(),
-                dependencies: config.effective_dependencies(),
-                ownership: Ownership::new(config.kshim_owned.clone()),
-            },
-        )?);
-        let listener =
-            TcpListener::bind(&config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: config.listen.clone(),
-                    source,
-                })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: config.listen.clone(),
-            source,
-        })?;
-        let node = crate::standalone::advertised_address(config, local_addr)?;
+        let controller = open_controller(config, Ownership::new(config.kshim_owned.clone()))?;
+        let (listener, local_addr) = bind_listener(config).await?;
+        let node = advertised_address(config, local_addr)?;
         let layout = layout(config, upstream_config, &node, local_addr);
         let (bound_tx, bound) = mpsc::unbounded_channel();
         let (refresh_tx, refresh_requests) = mpsc::unbounded_channel();
@@ -104,11 +81,7 @@ impl Proxy {
                 upstream_config.refresh_interval_ms
             ),
         }
-        let limits = Limits {
-            max_frame_bytes: config.max_frame_bytes,
-            max_connections: config.max_connections,
-            ..Limits::default()
-        };
+        let limits = limits(config);
         Ok(Proxy {
             listener,
             local_addr,

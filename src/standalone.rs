@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::controller::{ControllerError, ControllerSettings, FeatureController};
+use crate::features::Ownership;
 use crate::handlers::api_versions::{Discovery, STANDALONE_APIS};
 use crate::handlers::{Authorizer, Context, NodeAddress};
 use crate::protocol::response::EncodeError;
@@ -43,29 +44,8 @@ impl Standalone {
     /// Opens the store (refusing incompatible stored levels), binds the listener
     /// and builds the handler context.
     pub async fn bind(config: &Config) -> Result<Standalone, StartError> {
-        let store = FileStore::open(&config.data_dir)?;
-        let controller = Arc::new(FeatureController::open(
-            Arc::new(store),
-            ControllerSettings {
-                node_id: config.node_id,
-                cluster_id: config.cluster_id.clone(),
-                supported: config.supported_features(),
-                bootstrap: config.bootstrap.clone(),
-                dependencies: config.effective_dependencies(),
-                ownership: crate::features::Ownership::default(),
-            },
-        )?);
-        let listener =
-            TcpListener::bind(&config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: config.listen.clone(),
-                    source,
-                })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: config.listen.clone(),
-            source,
-        })?;
+        let controller = open_controller(config, Ownership::default())?;
+        let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
         let discovery = Discovery::new(
             STANDALONE_APIS.to_vec(),
@@ -81,11 +61,7 @@ impl Standalone {
             },
             upstream: None,
         });
-        let limits = Limits {
-            max_frame_bytes: config.max_frame_bytes,
-            max_connections: config.max_connections,
-            ..Limits::default()
-        };
+        let limits = limits(config);
         Ok(Standalone {
             listener,
             local_addr,
@@ -106,6 +82,48 @@ impl Standalone {
             shutdown,
         )
         .await;
+    }
+}
+
+/// Opens the store and the controller on it; both modes start here.
+pub(crate) fn open_controller(
+    config: &Config,
+    ownership: Ownership,
+) -> Result<Arc<FeatureController>, StartError> {
+    let store = FileStore::open(&config.data_dir)?;
+    Ok(Arc::new(FeatureController::open(
+        Arc::new(store),
+        ControllerSettings {
+            node_id: config.node_id,
+            cluster_id: config.cluster_id.clone(),
+            supported: config.supported_features(),
+            bootstrap: config.bootstrap.clone(),
+            dependencies: config.effective_dependencies(),
+            ownership,
+        },
+    )?))
+}
+
+/// Binds the listener clients bootstrap from.
+pub(crate) async fn bind_listener(
+    config: &Config,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bind_error = |source| StartError::Bind {
+        addr: config.listen.clone(),
+        source,
+    };
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local_addr))
+}
+
+pub(crate) fn limits(config: &Config) -> Limits {
+    Limits {
+        max_frame_bytes: config.max_frame_bytes,
+        max_connections: config.max_connections,
+        ..Limits::default()
     }
 }
 

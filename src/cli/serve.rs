@@ -85,15 +85,19 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         node.port
     );
     println!("kshim listening on {}", server.local_addr);
+    server.serve(stop_on_signal()).await;
+    Ok(())
+}
 
+/// Turns true on SIGINT or SIGTERM.
+fn stop_on_signal() -> watch::Receiver<bool> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     });
-    server.serve(stop_rx).await;
-    Ok(())
+    stop_rx
 }
 
 async fn run_proxy(config: &Config, upstream: &UpstreamConfig) -> Result<()> {
@@ -111,13 +115,7 @@ async fn run_proxy(config: &Config, upstream: &UpstreamConfig) -> Result<()> {
         proxy.local_addr
     );
     println!("kshim listening on {}", proxy.local_addr);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down");
-        let _ = stop_tx.send(true);
-    });
-    proxy.serve(stop_rx).await;
+    proxy.serve(stop_on_signal()).await;
     Ok(())
 }
 
