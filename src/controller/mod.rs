@@ -61,7 +61,6 @@ struct OwnState {
 }
 
 pub struct FeatureController {
-    node_id: i32,
     cluster_id: String,
     snapshot: ArcSwap<FeatureSnapshot>,
     /// Published with the snapshot, for deciding who owns a requested feature.
@@ -136,7 +135,6 @@ impl FeatureController {
             &settings.ownership,
         );
         Ok(FeatureController {
-            node_id: settings.node_id,
             cluster_id,
             snapshot: ArcSwap::from_pointee(snapshot),
             mirror: ArcSwap::from_pointee(mirror.clone()),
@@ -148,10 +146,6 @@ impl FeatureController {
             store,
             state: tokio::sync::Mutex::new(OwnState { own, mirror }),
         })
-    }
-
-    pub fn node_id(&self) -> i32 {
-        self.node_id
     }
 
     pub fn cluster_id(&self) -> &str {

@@ -35,10 +35,6 @@ impl Ownership {
         Ownership { patterns }
     }
 
-    pub fn patterns(&self) -> &[String] {
-        &self.patterns
-    }
-
     fn claims(&self, name: &str) -> bool {
         self.patterns.iter().any(|p| match p.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),

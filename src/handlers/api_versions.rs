@@ -14,13 +14,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
 
-/// The APIs a standalone kshim answers, with the versions it handles.
-pub const STANDALONE_APIS: &[ApiRange] = &[
-    ApiRange {
-        api_key: ApiKey::Metadata as i16,
-        min: 0,
-        max: 13,
-    },
+/// The APIs kshim answers in both modes, with the versions it handles.
+const OWN_APIS: [ApiRange; 2] = [
     ApiRange {
         api_key: ApiKey::ApiVersions as i16,
         min: 0,
@@ -29,12 +24,23 @@ pub const STANDALONE_APIS: &[ApiRange] = &[
     ApiRange {
         api_key: ApiKey::UpdateFeatures as i16,
         min: 0,
-        max: 2,
+        max: super::update_features::MAX_VERSION,
     },
+];
+
+/// The APIs a standalone kshim answers, with the versions it handles.
+pub const STANDALONE_APIS: &[ApiRange] = &[
+    ApiRange {
+        api_key: ApiKey::Metadata as i16,
+        min: 0,
+        max: super::metadata::MAX_VERSION,
+    },
+    OWN_APIS[0],
+    OWN_APIS[1],
     ApiRange {
         api_key: ApiKey::DescribeCluster as i16,
         min: 0,
-        max: 2,
+        max: super::describe_cluster::MAX_VERSION,
     },
 ];
 
@@ -67,10 +73,6 @@ impl Discovery {
             draft_tags,
             answers: ArcSwap::from_pointee(answers),
         })
-    }
-
-    pub fn apis(&self) -> Arc<Vec<ApiRange>> {
-        self.apis.load_full()
     }
 
     /// Replaces the API table; the next answer is rebuilt from it.
@@ -120,23 +122,11 @@ fn build(apis: Arc<Vec<ApiRange>>, snapshot: Arc<FeatureSnapshot>) -> Result<Ans
 /// answers itself. Keys kshim does not know are left out: it cannot tell whether
 /// their responses name brokers.
 pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
-    let own = [
-        ApiRange {
-            api_key: ApiKey::ApiVersions as i16,
-            min: 0,
-            max: MAX_VERSION,
-        },
-        ApiRange {
-            api_key: ApiKey::UpdateFeatures as i16,
-            min: 0,
-            max: super::update_features::MAX_VERSION,
-        },
-    ];
     let mut out: Vec<ApiRange> = upstream
         .iter()
         .filter_map(|r| {
             let api = ApiKey::try_from(r.api_key).ok()?;
-            if own.iter().any(|o| o.api_key == r.api_key) {
+            if OWN_APIS.iter().any(|o| o.api_key == r.api_key) {
                 return None;
             }
             // DescribeQuorum v2+ lists the controllers' listeners, which kshim does
@@ -161,7 +151,7 @@ pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
             }
         })
         .collect();
-    out.extend(own);
+    out.extend(OWN_APIS);
     out.sort_by_key(|r| r.api_key);
     out
 }

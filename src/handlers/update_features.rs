@@ -14,7 +14,7 @@ use crate::features::{FeatureUpdate, Owner, UpdateRejection, UpgradeType};
 use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::{encode_frame, frame_with_body};
-use crate::protocol::{Reader, RequestFrame};
+use crate::protocol::{HeaderPeek, Reader, RequestFrame};
 use crate::upstream::{cluster, Route, Upstream};
 use bytes::Bytes;
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
@@ -33,7 +33,6 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
     let api = ApiKey::UpdateFeatures;
     let (request, body) = decode_request(api, MAX_VERSION, frame, requests::update_features)?;
     let version = request.header.api_version;
-    let correlation_id = request.header.correlation_id;
 
     if !ctx.authorizer.may_alter_cluster(&peer.principal) {
         tracing::info!(principal = %peer.principal, peer = %peer.addr, "UpdateFeatures refused: no ALTER on CLUSTER");
@@ -42,12 +41,7 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
             code: error_codes::CLUSTER_AUTHORIZATION_FAILED,
             message: format!("Request from {} needs ALTER permission.", peer.principal),
         };
-        return Ok(encode_frame(
-            api,
-            version,
-            correlation_id,
-            &response(version, &body, Err(&rejection)),
-        )?);
+        return answer(request.header, &body, Err(&rejection));
     }
 
     if let Some(upstream) = &ctx.upstream {
@@ -68,12 +62,7 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
                 ),
             };
             tracing::debug!(peer = %peer.addr, "UpdateFeatures refused: {}", rejection.message);
-            return Ok(encode_frame(
-                api,
-                version,
-                correlation_id,
-                &response(version, &body, Err(&rejection)),
-            )?);
+            return answer(request.header, &body, Err(&rejection));
         }
         if !theirs.is_empty() {
             return forward_to_upstream(ctx, upstream, &request, &body).await;
@@ -102,12 +91,7 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
         tracing::debug!(peer = %peer.addr, code = rejection.code, "UpdateFeatures refused: {}", rejection.message);
     }
     let outcome = outcome.as_ref().map(|_| ());
-    Ok(encode_frame(
-        api,
-        version,
-        correlation_id,
-        &response(version, &body, outcome),
-    )?)
+    answer(request.header, &body, outcome)
 }
 
 /// Sends the request on to the upstream and answers with its response, once the
@@ -123,7 +107,7 @@ async fn forward_to_upstream(
     let correlation_id = request.header.correlation_id;
     let timeout = Duration::from_millis(body.timeout_ms.clamp(1_000, 300_000) as u64);
     let deadline = Instant::now() + timeout;
-    let answer = cluster::forward_update_features(
+    let delivered = cluster::forward_update_features(
         &upstream.targets(Route::Bootstrap),
         upstream.sasl.as_ref(),
         version,
@@ -132,7 +116,7 @@ async fn forward_to_upstream(
         deadline,
     )
     .await;
-    let raw = match answer {
+    let raw = match delivered {
         Ok(raw) => raw,
         Err(e) => {
             tracing::warn!("UpdateFeatures for upstream-owned features not delivered: {e}");
@@ -141,30 +125,20 @@ async fn forward_to_upstream(
                 code: error_codes::REQUEST_TIMED_OUT,
                 message: format!("kshim could not reach the upstream cluster: {e}"),
             };
-            return Ok(encode_frame(
-                api,
-                version,
-                correlation_id,
-                &response(version, body, Err(&rejection)),
-            )?);
+            return answer(request.header, body, Err(&rejection));
         }
     };
     let mut r = Reader::new(&raw);
     let code = r.i32("ThrottleTimeMs").and_then(|_| r.i16("ErrorCode"));
     if code == Ok(error_codes::NONE) && !body.validate_only {
-        let wanted: Vec<(String, i16)> = body
-            .feature_updates
-            .iter()
-            .map(|k| (k.feature.as_str().to_owned(), k.max_version_level.max(0)))
-            .collect();
         let until = Instant::now() + MIRROR_WAIT;
         loop {
             upstream.refresh_now(MIRROR_WAIT).await;
             let snapshot = ctx.controller.snapshot();
-            if wanted
-                .iter()
-                .all(|(name, level)| snapshot.finalized.level(name) == *level)
-            {
+            let mirrored = body.feature_updates.iter().all(|k| {
+                snapshot.finalized.level(k.feature.as_str()) == k.max_version_level.max(0)
+            });
+            if mirrored {
                 break;
             }
             if Instant::now() >= until {
@@ -175,6 +149,21 @@ async fn forward_to_upstream(
         }
     }
     Ok(frame_with_body(api, version, correlation_id, &raw))
+}
+
+/// The response frame to `request` for `outcome`.
+fn answer(
+    header: HeaderPeek,
+    request: &UpdateFeaturesRequest,
+    outcome: Result<(), &UpdateRejection>,
+) -> Result<Bytes, HandlerError> {
+    let version = header.api_version;
+    Ok(encode_frame(
+        ApiKey::UpdateFeatures,
+        version,
+        header.correlation_id,
+        &response(version, request, outcome),
+    )?)
 }
 
 /// Builds the response for `request` from the outcome.

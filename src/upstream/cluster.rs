@@ -29,11 +29,16 @@ pub struct BrokerInfo {
 
 impl BrokerInfo {
     pub fn address(&self) -> String {
-        if self.host.contains(':') && !self.host.starts_with('[') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
+        host_port(&self.host, self.port)
+    }
+}
+
+/// HOST:PORT to connect to; IPv6 literals get brackets.
+pub fn host_port(host: &str, port: i32) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -171,8 +176,8 @@ impl Discoverer {
         let mut found = None;
         for target in &targets {
             match self.metadata(target).await {
-                Ok(view) => {
-                    found = Some(view);
+                Ok(answer) => {
+                    found = Some((target.clone(), answer));
                     break;
                 }
                 Err(e) => {
@@ -184,15 +189,23 @@ impl Discoverer {
                 }
             }
         }
-        let Some((cluster_id, brokers)) = found else {
+        let Some((asked, (cluster_id, brokers, asked_apis))) = found else {
             return Err(UpstreamError::Unreachable {
                 targets: targets.join(","),
                 reason: failures.join("; "),
             });
         };
         let mut live = BTreeMap::new();
+        let mut asked_apis = Some(asked_apis);
         for (&id, broker) in &brokers {
             let address = broker.address();
+            // The broker that answered Metadata has just answered ApiVersions too.
+            if address == asked {
+                if let Some(decoded) = asked_apis.take() {
+                    live.insert(id, decoded);
+                    continue;
+                }
+            }
             match self.api_versions(&address).await {
                 Ok(decoded) => {
                     live.insert(id, decoded);
@@ -237,10 +250,18 @@ impl Discoverer {
         Ok(decoded)
     }
 
+    /// The cluster id and brokers from `target`, with what `target` advertised.
     async fn metadata(
         &mut self,
         target: &str,
-    ) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), UpstreamError> {
+    ) -> Result<
+        (
+            Option<String>,
+            BTreeMap<i32, BrokerInfo>,
+            DecodedApiVersions,
+        ),
+        UpstreamError,
+    > {
         let decoded = self.api_versions(target).await?;
         let version = negotiate(&decoded.apis, ApiKey::Metadata, 12)
             .filter(|v| *v >= 1)
@@ -265,10 +286,12 @@ impl Discoverer {
             .request(ApiKey::Metadata, version, &body)
             .await
             .map_err(|e| broken(target, e))?;
-        decode_metadata_brokers(version, &raw).map_err(|e| UpstreamError::Protocol {
-            target: target.to_owned(),
-            reason: format!("unreadable Metadata v{version} response: {e}"),
-        })
+        let (cluster_id, brokers) =
+            decode_metadata_brokers(version, &raw).map_err(|e| UpstreamError::Protocol {
+                target: target.to_owned(),
+                reason: format!("unreadable Metadata v{version} response: {e}"),
+            })?;
+        Ok((cluster_id, brokers, decoded))
     }
 }
 

@@ -92,26 +92,9 @@ impl Listeners {
         }
     }
 
-    pub fn layout(&self) -> &ListenerLayout {
-        &self.layout
-    }
-
     /// The upstream address of `node_id`, if known.
     pub fn upstream_of(&self, node_id: i32) -> Option<String> {
         self.lock().get(&node_id).map(|n| n.upstream.clone())
-    }
-
-    /// The kshim port of `node_id`, if it has a listener.
-    pub fn port_of(&self, node_id: i32) -> Option<u16> {
-        self.lock().get(&node_id).map(|n| n.port)
-    }
-
-    /// Every node with a listener: (node id, kshim port, upstream address).
-    pub fn all(&self) -> Vec<(i32, u16, String)> {
-        self.lock()
-            .iter()
-            .map(|(&id, n)| (id, n.port, n.upstream.clone()))
-            .collect()
     }
 
     /// Resolves when the connections routed to `node_id` must close.
@@ -192,18 +175,9 @@ impl AddressBook for Listeners {
         upstream_host: &str,
         upstream_port: i32,
     ) -> Result<(String, i32), String> {
-        let upstream = format!("{}:{upstream_port}", host_for_connect(upstream_host));
+        let upstream = super::cluster::host_port(upstream_host, upstream_port);
         let port = self.ensure(node_id, &upstream)?;
         Ok((self.layout.advertised_host.clone(), i32::from(port)))
-    }
-}
-
-/// IPv6 literals need brackets in HOST:PORT.
-fn host_for_connect(host: &str) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
     }
 }
 
@@ -252,6 +226,6 @@ mod tests {
         listeners.client_address(1, "10.0.0.2", 9092).unwrap();
         assert!(watch.has_changed().unwrap());
         assert_eq!(listeners.upstream_of(1).as_deref(), Some("10.0.0.2:9092"));
-        assert_eq!(host_for_connect("::1"), "[::1]");
+        assert_eq!(super::super::cluster::host_port("::1", 9092), "[::1]:9092");
     }
 }

@@ -78,10 +78,6 @@ impl Upstream {
         }
     }
 
-    pub fn bootstrap(&self) -> &[String] {
-        &self.bootstrap
-    }
-
     pub fn view(&self) -> Arc<ClusterView> {
         self.view.load_full()
     }
