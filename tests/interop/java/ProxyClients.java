@@ -269,6 +269,22 @@ public class ProxyClients {
         Runtime.getRuntime().halt(rc);
     }
 
+    // A topic created a moment ago may not be in every broker's metadata cache yet; the
+    // broker that answers then says UNKNOWN_TOPIC_OR_PARTITION, directly or through kshim.
+    static Map<String, TopicDescription> describeWhenKnown(Admin admin, List<String> names) throws Exception {
+        while (true) {
+            try {
+                return admin.describeTopics(names).allTopicNames().get(remaining(), TimeUnit.MILLISECONDS);
+            } catch (ExecutionException e) {
+                if (!(e.getCause() instanceof org.apache.kafka.common.errors.UnknownTopicOrPartitionException)
+                        || remaining() < 1_000) {
+                    throw e;
+                }
+                Thread.sleep(200);
+            }
+        }
+    }
+
     static long remaining() {
         long r = deadline - System.currentTimeMillis();
         if (r <= 0) throw new RuntimeException("deadline exceeded");
@@ -710,8 +726,7 @@ public class ProxyClients {
 
             Map<String, Object> described = new TreeMap<>();
             if (!describeNames.isEmpty()) {
-                Map<String, TopicDescription> tds = admin.describeTopics(describeNames).allTopicNames()
-                        .get(remaining(), TimeUnit.MILLISECONDS);
+                Map<String, TopicDescription> tds = describeWhenKnown(admin, describeNames);
                 for (TopicDescription td : tds.values()) {
                     List<Map<String, Object>> parts = new ArrayList<>();
                     for (TopicPartitionInfo pi : td.partitions()) {
