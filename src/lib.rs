@@ -12,6 +12,7 @@ pub mod config;
 pub mod controller;
 pub mod features;
 pub mod handlers;
+pub mod policy;
 pub mod protocol;
 pub mod proxy;
 pub mod server;

@@ -1,4 +1,4 @@
-//! The `kshim` binary: `serve` and the operator CLI `features`.
+//! The `kshim` binary: `serve`, and the operator CLIs `features` and `config`.
 
 mod cli;
 
@@ -22,6 +22,9 @@ enum Command {
     /// Describe, upgrade, downgrade or disable finalized features of kshim or of
     /// any Kafka cluster.
     Features(cli::features::FeaturesArgs),
+    /// Check a kshim config and a broker's properties against the config
+    /// validators, offline.
+    Config(cli::config::ConfigArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +48,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Serve(args) => cli::serve::run(args).await.map(|()| 0),
             Command::Features(args) => cli::features::run(args).await,
+            Command::Config(args) => cli::config::run(args),
         }
     });
     match result {
@@ -60,6 +64,6 @@ fn main() -> std::process::ExitCode {
 fn default_filter(command: &Command) -> &'static str {
     match command {
         Command::Serve(_) => "info",
-        Command::Features(_) => "warn",
+        Command::Features(_) | Command::Config(_) => "warn",
     }
 }

@@ -13,6 +13,7 @@ use crate::standalone::{advertised_address, bind_listener, limits, open_controll
 use crate::upstream::cluster::Discoverer;
 use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
 use std::net::SocketAddr;
+use crate::policy::PolicyCell;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -68,6 +69,7 @@ impl Proxy {
                 alter_cluster: config.alter_cluster.clone(),
             },
             upstream: Some(Arc::clone(&upstream)),
+            policies: Arc::new(PolicyCell::new(config.policies.clone())),
         });
         let mut discoverer = Discoverer::new(
             upstream_config.bootstrap.clone(),

@@ -11,6 +11,7 @@ use crate::protocol::response::EncodeError;
 use crate::server::{self, Limits};
 use crate::store::{FileStore, StoreError};
 use std::net::SocketAddr;
+use crate::policy::PolicyCell;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -60,6 +61,7 @@ impl Standalone {
                 alter_cluster: config.alter_cluster.clone(),
             },
             upstream: None,
+            policies: Arc::new(PolicyCell::new(config.policies.clone())),
         });
         let limits = limits(config);
         Ok(Standalone {

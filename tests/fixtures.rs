@@ -517,6 +517,7 @@ fn with_api_table(ctx: &Context, apis: Vec<ApiRange>, draft_tags: bool) -> Arc<C
         node: ctx.node.clone(),
         authorizer: ctx.authorizer.clone(),
         upstream: None,
+        policies: Arc::clone(&ctx.policies),
     })
 }
 

@@ -1,4 +1,5 @@
 //! Subcommands of the `kshim` binary. The only place `anyhow` is used.
 
+pub mod config;
 pub mod features;
 pub mod serve;

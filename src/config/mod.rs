@@ -4,6 +4,8 @@
 //! problem — unknown keys, wrong types, bad values — is reported in one pass.
 //! Owns no runtime state.
 
+mod policy;
+
 use crate::features::{kafka, Dependencies, Requirement, SupportedFeatures, SupportedRange};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -31,6 +33,8 @@ pub struct Config {
     pub kshim_owned: Vec<String>,
     /// `None`: a standalone discovery server.
     pub upstream: Option<UpstreamConfig>,
+    /// `[policy]`: the create-topic policy and the config validators.
+    pub policies: crate::policy::Policies,
 }
 
 /// `[upstream]`: the cluster kshim stands in front of.
@@ -88,6 +92,7 @@ impl Default for Config {
             alter_cluster: None,
             kshim_owned: Vec::new(),
             upstream: None,
+            policies: crate::policy::Policies::default(),
         }
     }
 }
@@ -277,7 +282,12 @@ impl Config {
             let features = top.table("features");
             let authorization = top.table("authorization");
             let upstream = top.table("upstream");
+            let policy = top.table("policy");
             top.finish();
+
+            if let Some(t) = policy {
+                c.policies = policy::parse_policy(t, &mut errors);
+            }
 
             if let Some(t) = upstream {
                 c.upstream = Some(parse_upstream(t, &mut errors));

@@ -118,7 +118,8 @@ fn build(apis: Arc<Vec<ApiRange>>, snapshot: Arc<FeatureSnapshot>) -> Result<Ans
 }
 
 /// The API table in front of a cluster: what every live broker serves, narrowed
-/// to the versions whose broker addresses kshim can rewrite, plus the APIs kshim
+/// to the versions whose broker addresses kshim can rewrite and to the versions of
+/// the requests it checks that it can read, plus the APIs kshim
 /// answers itself. Keys kshim does not know are left out: it cannot tell whether
 /// their responses name brokers.
 pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
@@ -138,7 +139,9 @@ pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
                     max: r.max.min(1),
                 });
             }
-            match crate::upstream::rewrite::rewritable_versions(api) {
+            let limit = crate::upstream::rewrite::rewritable_versions(api)
+                .or_else(|| super::checked_versions(api));
+            match limit {
                 None => Some(*r),
                 Some((min, max)) => {
                     let (min, max) = (r.min.max(min), r.max.min(max));

@@ -1,7 +1,9 @@
-//! Requests kshim neither answers nor checks: forwarded byte for byte to the
-//! broker behind the connection. Only the header is read, plus the acks field of
-//! Produce, because a Produce with acks=0 gets no response and the connection
-//! must not wait for one.
+//! Requests kshim does not answer: forwarded to the broker behind the
+//! connection. Most go byte for byte, with only the header read, plus the acks
+//! field of Produce, because a Produce with acks=0 gets no response and the
+//! connection must not wait for one. What happens to the response is said by
+//! `AfterResponse`: passed on, its broker addresses rewritten, or merged with the
+//! results kshim gave for the items it refused.
 
 use super::Action;
 use crate::protocol::{CodecError, HeaderPeek, Reader};
@@ -18,20 +20,42 @@ pub struct Forward {
     pub version: i16,
     pub correlation_id: i32,
     pub expects_response: bool,
-    /// Whether the response names brokers and must be rewritten.
-    pub rewrite: bool,
+    pub after: AfterResponse,
+}
+
+/// Turns the upstream's response body into the one the client gets.
+pub type MergeFn = Box<dyn FnOnce(&[u8]) -> Result<Vec<u8>, CodecError> + Send>;
+
+/// What becomes of the upstream's response.
+pub enum AfterResponse {
+    /// Passed on as it came.
+    PassOn,
+    /// It names brokers: their addresses are rewritten.
+    RewriteAddresses,
+    /// kshim answered some items itself; their results are merged in.
+    Merge(MergeFn),
+}
+
+impl std::fmt::Debug for AfterResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AfterResponse::PassOn => "PassOn",
+            AfterResponse::RewriteAddresses => "RewriteAddresses",
+            AfterResponse::Merge(_) => "Merge(..)",
+        })
+    }
 }
 
 pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
     let version = peek.api_version;
-    let rewrite = match rewritable_versions(api) {
+    let after = match rewritable_versions(api) {
         Some((min, max)) if !(min..=max).contains(&version) => {
             return Action::Close(format!(
                 "{api:?} v{version} is not served: kshim cannot rewrite the broker addresses in its responses (it handles v{min}-v{max})"
             ))
         }
-        Some(_) => true,
-        None => false,
+        Some(_) => AfterResponse::RewriteAddresses,
+        None => AfterResponse::PassOn,
     };
     let expects_response = if api == ApiKey::Produce {
         match produce_acks(&frame, version) {
@@ -47,7 +71,7 @@ pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
         version,
         correlation_id: peek.correlation_id,
         expects_response,
-        rewrite,
+        after,
     })
 }
 

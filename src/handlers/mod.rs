@@ -4,13 +4,18 @@
 //!
 //! `dispatch` is the one place that maps an API key to its handler.
 
+pub mod alter_configs;
 pub mod api_versions;
+mod checked;
+pub mod create_topics;
 pub mod describe_cluster;
 pub mod forward;
+pub mod incremental_alter_configs;
 pub mod metadata;
 pub mod update_features;
 
 use crate::controller::FeatureController;
+use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
 use crate::protocol::{CodecError, HeaderPeek};
 use crate::upstream::{Route, Upstream};
@@ -88,6 +93,9 @@ pub struct Context {
     pub authorizer: Authorizer,
     /// `None`: a standalone discovery server.
     pub upstream: Option<Arc<Upstream>>,
+    /// The create-topic policy and config validators in force; shared with
+    /// whoever changes them at runtime.
+    pub policies: Arc<PolicyCell>,
 }
 
 /// Per connection.
@@ -158,10 +166,59 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, frame: Bytes) -> Action {
                 update_features::handle(&ctx, &peer, frame).await.into()
             }))
         }
+        ApiKey::CreateTopics | ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs
+            if ctx.upstream.is_some() =>
+        {
+            checked_request(ctx, api, peek, frame)
+        }
         _ if ctx.upstream.is_some() => forward::plan(api, peek, frame),
         ApiKey::Metadata => metadata::handle(ctx, peer, frame).into(),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, peer, frame).into(),
         other => Action::Close(format!("{other:?} is not served by a standalone kshim")),
+    }
+}
+
+/// The requests kshim checks before forwarding; forwarded as they are when no
+/// policy could refuse them.
+fn checked_request(ctx: &Arc<Context>, api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
+    if let Some((min, max)) = checked_versions(api) {
+        if !(min..=max).contains(&peek.api_version) {
+            return Action::Close(format!(
+                "{api:?} v{} is not served: kshim checks v{min}-v{max}",
+                peek.api_version
+            ));
+        }
+    }
+    if !checked::anything_to_check(&ctx.policies.load()) {
+        return forward::plan(api, peek, frame);
+    }
+    let result = match api {
+        ApiKey::CreateTopics => {
+            let defaults = ctx
+                .upstream
+                .as_ref()
+                .map(|u| u.view().topic_defaults)
+                .unwrap_or_default();
+            create_topics::handle(ctx, frame, defaults)
+        }
+        ApiKey::AlterConfigs => alter_configs::handle(ctx, frame),
+        _ => incremental_alter_configs::handle(ctx, frame),
+    };
+    match result {
+        Ok(action) => action,
+        Err(e) => Err::<Bytes, _>(e).into(),
+    }
+}
+
+/// The versions of the requests kshim checks before forwarding: those its
+/// decoders read. In front of a cluster, ApiVersions offers no others.
+pub fn checked_versions(api: ApiKey) -> Option<(i16, i16)> {
+    use crate::protocol::config_requests as c;
+    match api {
+        ApiKey::CreateTopics => Some(c::CREATE_TOPICS_VERSIONS),
+        ApiKey::AlterConfigs => Some(c::ALTER_CONFIGS_VERSIONS),
+        ApiKey::IncrementalAlterConfigs => Some(c::INCREMENTAL_ALTER_CONFIGS_VERSIONS),
+        _ => None,
     }
 }
 

@@ -15,7 +15,8 @@ use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::{encode_frame, frame_with_body};
 use crate::protocol::{HeaderPeek, Reader, RequestFrame};
-use crate::upstream::{cluster, Route, Upstream};
+use crate::policy;
+use crate::upstream::{cluster, configs, Route, Upstream};
 use bytes::Bytes;
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest, UpdateFeaturesResponse};
@@ -41,6 +42,11 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
             code: error_codes::CLUSTER_AUTHORIZATION_FAILED,
             message: format!("Request from {} needs ALTER permission.", peer.principal),
         };
+        return answer(request.header, &body, Err(&rejection));
+    }
+
+    if let Err(rejection) = audit(ctx, &body).await {
+        tracing::info!(peer = %peer.addr, "UpdateFeatures refused by the config audit: {}", rejection.message);
         return answer(request.header, &body, Err(&rejection));
     }
 
@@ -92,6 +98,67 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
     }
     let outcome = outcome.as_ref().map(|_| ());
     answer(request.header, &body, outcome)
+}
+
+/// The upgrade audit: before any feature with config validators changes level,
+/// every topic and broker config of the upstream is checked against the
+/// validators of the target level. One violation refuses the whole request, and
+/// the message lists them all. Without an upstream there are no configs to audit.
+async fn audit(ctx: &Context, body: &UpdateFeaturesRequest) -> Result<(), UpdateRejection> {
+    let policies = ctx.policies.load();
+    let Some(upstream) = &ctx.upstream else {
+        return Ok(());
+    };
+    if policies.validators.is_empty() {
+        return Ok(());
+    }
+    let snapshot = ctx.controller.snapshot();
+    let level_of = |f: &str| snapshot.finalized.level(f);
+    let changing: Vec<(&str, i16)> = body
+        .feature_updates
+        .iter()
+        .map(|k| (k.feature.as_str(), k.max_version_level))
+        .filter(|&(name, level)| {
+            level >= 0 && level != level_of(name) && !policies.validators.keys_of(name).is_empty()
+        })
+        .collect();
+    if changing.is_empty() {
+        return Ok(());
+    }
+    let mut keys: Vec<&str> = changing
+        .iter()
+        .flat_map(|(name, _)| policies.validators.keys_of(name))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let configs = configs::audit_configs(
+        &upstream.view(),
+        upstream.sasl.as_ref(),
+        upstream.link.connect_timeout,
+        &keys,
+    )
+    .await
+    .map_err(|e| UpdateRejection {
+        feature: None,
+        code: error_codes::FEATURE_UPDATE_FAILED,
+        message: format!(
+            "kshim could not read the cluster's configs to audit the change, so nothing was applied: {e}"
+        ),
+    })?;
+    for (feature, target) in changing {
+        let findings = policy::audit(&policies.validators, feature, target, &level_of, &configs);
+        if !findings.is_empty() {
+            return Err(UpdateRejection {
+                feature: Some(feature.to_owned()),
+                code: error_codes::INVALID_UPDATE_VERSION,
+                message: format!(
+                    "Invalid update version {target} for feature {feature}. {}",
+                    policy::audit_refusal(feature, target, &findings)
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Sends the request on to the upstream and answers with its response, once the

@@ -71,6 +71,11 @@ impl RequestFrame {
         &self.frame[self.body_offset..]
     }
 
+    /// The header as it came, for a request sent on with a new body.
+    pub fn header_bytes(&self) -> &[u8] {
+        &self.frame[..self.body_offset]
+    }
+
     pub fn body_bytes(&self) -> Bytes {
         self.frame.slice(self.body_offset..)
     }

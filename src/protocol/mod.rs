@@ -6,12 +6,14 @@
 //! panic or allocate in proportion to a length field it has not checked.
 
 pub mod api_versions;
+pub mod config_requests;
 pub mod draft_tags;
 pub mod error_codes;
 pub mod frame;
 pub mod header;
 pub mod requests;
 pub mod response;
+pub mod results;
 pub mod wire;
 
 pub use frame::{FrameCodec, FrameError, DEFAULT_MAX_FRAME_BYTES};

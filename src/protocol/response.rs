@@ -3,6 +3,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
+use super::wire::{CodecError, Reader};
 
 /// A response kshim built could not be encoded. Always kshim's fault.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,17 @@ pub fn response_header_version(api: ApiKey, version: i16) -> i16 {
         ApiKey::ApiVersions => 0,
         _ => api.response_header_version(version),
     }
+}
+
+/// Where the body of a response frame (without its size prefix) starts: after
+/// the correlation id, and the header's tagged fields from header v1.
+pub fn response_body_offset(api: ApiKey, version: i16, frame: &[u8]) -> Result<usize, CodecError> {
+    let mut r = Reader::new(frame);
+    r.i32("correlation id")?;
+    if response_header_version(api, version) >= 1 {
+        r.tagged_fields("response header")?;
+    }
+    Ok(r.position())
 }
 
 /// Frames an already-encoded body.

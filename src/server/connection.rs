@@ -7,11 +7,15 @@
 //! response, rewritten where it names brokers.
 
 use super::Limits;
+use crate::handlers::forward::{AfterResponse, MergeFn};
 use crate::handlers::{dispatch, Action, Context, Peer};
+use crate::protocol::response::response_body_offset;
 use crate::protocol::FrameCodec;
 use crate::upstream::link::write_frame;
 use crate::upstream::{Route, UpstreamLink};
-use bytes::Bytes;
+use crate::protocol::CodecError;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
@@ -161,26 +165,42 @@ fn reply_to(
                 Ok(pending) => pending?,
                 Err(e) => return Some(Box::pin(std::future::ready(Reply::Close(e.to_string())))),
             };
-            let (api, version, rewrite) = (fw.api, fw.version, fw.rewrite);
+            let (api, version, after) = (fw.api, fw.version, fw.after);
             Some(Box::pin(async move {
                 let frame = match pending.await {
                     Ok(Ok(frame)) => frame,
                     Ok(Err(e)) => return Reply::Close(e.to_string()),
                     Err(_) => return Reply::Close("the upstream link ended".into()),
                 };
-                if !rewrite {
-                    return Reply::Unprefixed(frame);
-                }
-                match upstream.rewrite_response(api, version, frame) {
+                let rewritten = match after {
+                    AfterResponse::PassOn => return Reply::Unprefixed(frame),
+                    AfterResponse::RewriteAddresses => upstream
+                        .rewrite_response(api, version, frame)
+                        .map_err(|e| e.to_string()),
+                    AfterResponse::Merge(merge) => merge_response(api, version, &frame, merge),
+                };
+                match rewritten {
                     Ok(frame) => Reply::Unprefixed(frame),
                     Err(e) => {
-                        // Never pass on a response whose broker addresses could
-                        // not be replaced: the client would bypass kshim.
+                        // Never pass on a response that could not be made safe:
+                        // it could send the client around kshim, or lose results.
                         tracing::warn!("{e}");
-                        Reply::Close(e.to_string())
+                        Reply::Close(e)
                     }
                 }
             }))
         }
     }
+}
+
+/// The upstream's response frame (without size prefix) with its body replaced by
+/// what `merge` makes of it.
+fn merge_response(api: ApiKey, version: i16, frame: &Bytes, merge: MergeFn) -> Result<Bytes, String> {
+    let malformed = |e: CodecError| format!("the upstream's {api:?} v{version} response does not decode: {e}");
+    let offset = response_body_offset(api, version, frame).map_err(malformed)?;
+    let body = merge(&frame[offset..]).map_err(malformed)?;
+    let mut out = BytesMut::with_capacity(offset + body.len());
+    out.put_slice(&frame[..offset]);
+    out.put_slice(&body);
+    Ok(out.freeze())
 }

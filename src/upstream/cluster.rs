@@ -49,6 +49,8 @@ pub struct ClusterView {
     pub brokers: BTreeMap<i32, BrokerInfo>,
     /// The brokers that answered ApiVersions, with what they advertised.
     pub live: BTreeMap<i32, DecodedApiVersions>,
+    /// `num.partitions` and `default.replication.factor`, for the create-topic policy.
+    pub topic_defaults: super::configs::TopicDefaults,
 }
 
 /// The feature state the upstream reports, merged over its live brokers.
@@ -218,11 +220,21 @@ impl Discoverer {
         }
         let wanted: Vec<String> = brokers.values().map(BrokerInfo::address).collect();
         self.clients.retain(|addr, _| wanted.contains(addr));
-        Ok(ClusterView {
+        let mut view = ClusterView {
             cluster_id,
             brokers,
             live,
-        })
+            topic_defaults: previous.topic_defaults,
+        };
+        let asked_id = view.brokers.iter().find(|(_, b)| b.address() == asked).map(|(id, _)| *id);
+        if let Some(id) = asked_id {
+            let client = self.client(&asked).await?;
+            match super::configs::topic_defaults(client, &view, id).await {
+                Ok(defaults) => view.topic_defaults = defaults,
+                Err(e) => tracing::debug!("cluster topic defaults not read from broker {id}: {e}"),
+            }
+        }
+        Ok(view)
     }
 
     async fn client(&mut self, target: &str) -> Result<&mut KafkaClient, UpstreamError> {
@@ -304,7 +316,7 @@ fn broken(target: &str, e: crate::client::ClientError) -> UpstreamError {
 
 /// A connection of kshim's own to the first of `targets` that accepts,
 /// authenticated when credentials are configured.
-async fn control_connection(
+pub(crate) async fn control_connection(
     targets: &[String],
     timeout: Duration,
     sasl: Option<&SaslPlain>,
@@ -463,6 +475,7 @@ mod tests {
                 ),
             ]
             .into(),
+            topic_defaults: Default::default(),
         };
         assert_eq!(
             view.api_intersection(),

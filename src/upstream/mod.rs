@@ -8,6 +8,7 @@
 //! what this module learns to the controller and to ApiVersions.
 
 pub mod cluster;
+pub mod configs;
 pub mod link;
 pub mod listeners;
 pub mod rewrite;
@@ -33,8 +34,7 @@ pub enum UpstreamError {
     Protocol { target: String, reason: String },
 }
 
-use crate::protocol::response::response_header_version;
-use crate::protocol::Reader;
+use crate::protocol::response::response_body_offset;
 use arc_swap::ArcSwap;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
@@ -138,12 +138,7 @@ impl Upstream {
             version,
             source,
         };
-        let mut r = Reader::new(&frame);
-        r.i32("correlation id").map_err(malformed)?;
-        if response_header_version(api, version) >= 1 {
-            r.tagged_fields("response header").map_err(malformed)?;
-        }
-        let header_len = r.position();
+        let header_len = response_body_offset(api, version, &frame).map_err(malformed)?;
         let body = frame.slice(header_len..);
         match rewrite::rewrite_body(api, version, &body, &self.listeners)? {
             None => Ok(frame),

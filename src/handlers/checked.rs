@@ -1,0 +1,152 @@
+//! The path shared by the requests kshim checks before forwarding (CreateTopics,
+//! AlterConfigs, IncrementalAlterConfigs): each item is either refused here, with
+//! a result entry kshim encodes, or forwarded. Then:
+//! - nothing refused: the request goes on byte for byte;
+//! - everything refused: kshim answers alone, and nothing reaches the upstream;
+//! - some refused: a request holding only the accepted items goes on, and the
+//!   broker's results are merged with kshim's in request order.
+
+use super::forward::{self, AfterResponse, Forward};
+use super::{Action, HandlerError};
+use crate::features::FinalizedFeatures;
+use crate::policy::{ConfigResource, Policies};
+use crate::protocol::error_codes;
+use crate::protocol::response::{frame_with_body, EncodeError};
+use crate::protocol::results::{self, Slot};
+use crate::protocol::{CodecError, RequestFrame};
+use crate::upstream::configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+
+/// Turns the verdicts on a request's items into what the connection does.
+/// `narrowed` encodes the request body with only the forwarded items.
+pub(super) fn settle(
+    api: ApiKey,
+    request: RequestFrame,
+    slots: Vec<Slot>,
+    narrowed: impl FnOnce() -> Result<Bytes, EncodeError>,
+) -> Result<Action, HandlerError> {
+    let version = request.header.api_version;
+    let refused = slots.iter().filter(|s| matches!(s, Slot::Ours(_))).count();
+    if refused == 0 {
+        return Ok(forward::plan(api, request.header, request.frame));
+    }
+    let internal = |e: CodecError| EncodeError {
+        api,
+        version,
+        reason: e.to_string(),
+    };
+    if refused == slots.len() {
+        let entries: Vec<Vec<u8>> = slots
+            .into_iter()
+            .filter_map(|s| match s {
+                Slot::Ours(entry) => Some(entry),
+                Slot::Theirs(_) => None,
+            })
+            .collect();
+        let body = results::ours_only(api, version, &entries).map_err(internal)?;
+        return Ok(Action::Respond(frame_with_body(
+            api,
+            version,
+            request.header.correlation_id,
+            &body,
+        )));
+    }
+    let body = narrowed()?;
+    let mut frame = BytesMut::with_capacity(request.header_bytes().len() + body.len());
+    frame.put_slice(request.header_bytes());
+    frame.put_slice(&body);
+    Ok(Action::Forward(Forward {
+        frame: frame.freeze(),
+        api,
+        version,
+        correlation_id: request.header.correlation_id,
+        expects_response: true,
+        after: AfterResponse::Merge(Box::new(move |upstream| {
+            results::merge(api, version, upstream, &slots)
+        })),
+    }))
+}
+
+/// The finalized level of every feature, as the validators read it.
+pub(super) fn levels(finalized: &FinalizedFeatures) -> impl Fn(&str) -> i16 + '_ {
+    move |feature| finalized.level(feature)
+}
+
+/// One change an alter request makes to one config.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Change<'a> {
+    /// The key gets this value (SET, or every AlterConfigs entry).
+    Set(&'a str, &'a str),
+    /// These elements join the key's list value (APPEND).
+    Append(&'a str, &'a str),
+    /// The key goes back to its default (DELETE).
+    Remove(&'a str),
+}
+
+/// Why kshim refuses a change to a config resource: the error code and message.
+pub(super) type Refusal = (i16, String);
+
+/// The config resource a request names, if it is one kshim checks.
+pub(super) fn resource(resource_type: i8, name: &str) -> Option<ConfigResource> {
+    match resource_type {
+        RESOURCE_TOPIC => Some(ConfigResource::Topic(name.to_owned())),
+        RESOURCE_BROKER => Some(ConfigResource::Broker(name.to_owned())),
+        _ => None,
+    }
+}
+
+/// Checks the changes to one resource: for a topic the create-topic policy's
+/// config rules (POLICY_VIOLATION), and for topics and brokers alike the
+/// validators in force (INVALID_CONFIG). The first refusal wins.
+///
+/// DELETE is not checked against the validators: the value falls back to the
+/// broker's, which the validators and the upgrade audit already cover.
+pub(super) fn check_changes<'a>(
+    policies: &Policies,
+    level_of: &dyn Fn(&str) -> i16,
+    resource: &ConfigResource,
+    changes: impl IntoIterator<Item = Change<'a>>,
+) -> Result<(), Refusal> {
+    let is_topic = matches!(resource, ConfigResource::Topic(_));
+    let policy = |r: Result<(), crate::policy::PolicyViolation>| {
+        r.map_err(|v| {
+            (
+                error_codes::POLICY_VIOLATION,
+                format!("{resource} violates the create-topic policy: {v}"),
+            )
+        })
+    };
+    for change in changes {
+        match change {
+            Change::Set(key, value) | Change::Append(key, value) => {
+                if is_topic {
+                    policy(policies.create_topic.validate_config(key, value))?;
+                }
+                policies
+                    .validators
+                    .check(key, value, level_of)
+                    .map_err(|v| {
+                        (
+                            error_codes::INVALID_CONFIG,
+                            format!(
+                                "Invalid config for {resource}: {v}; the cluster is at {} level {}",
+                                v.feature, v.checked_at
+                            ),
+                        )
+                    })?;
+            }
+            Change::Remove(key) => {
+                if is_topic {
+                    policy(policies.create_topic.validate_removal(key))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether requests of this kind need decoding at all under `policies`.
+pub(super) fn anything_to_check(policies: &Policies) -> bool {
+    !policies.create_topic.is_permissive() || !policies.validators.is_empty()
+}

@@ -1,0 +1,431 @@
+//! Reading configs from the upstream over kshim's own connections: the cluster
+//! defaults a create-topic policy needs, and every topic and broker config an
+//! upgrade audit checks.
+//!
+//! Responses are walked with the bounded `Reader`: a broker's answer never makes
+//! kshim allocate in proportion to a count it has not checked.
+
+use super::cluster::{control_connection, ClusterView};
+use super::UpstreamError;
+use crate::client::{negotiate, KafkaClient, SaslPlain};
+use crate::policy::{ConfigResource, ReportedConfig};
+use crate::protocol::{error_codes, CodecError, Reader};
+use bytes::BytesMut;
+use kafka_protocol::messages::describe_configs_request::{
+    DescribeConfigsRequest, DescribeConfigsResource,
+};
+use kafka_protocol::messages::metadata_request::MetadataRequest;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use std::time::Duration;
+
+pub const RESOURCE_TOPIC: i8 = 2;
+pub const RESOURCE_BROKER: i8 = 4;
+
+/// The cluster defaults a CreateTopics request falls back on with -1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicDefaults {
+    pub num_partitions: Option<i32>,
+    pub replication_factor: Option<i16>,
+}
+
+/// One config entry of a DescribeConfigs answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedConfig {
+    pub name: String,
+    pub value: Option<String>,
+    pub source: i8,
+}
+
+/// DescribeConfigs' ConfigSource, by name.
+pub fn source_name(source: i8) -> &'static str {
+    match source {
+        1 => "DYNAMIC_TOPIC_CONFIG",
+        2 => "DYNAMIC_BROKER_CONFIG",
+        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        4 => "STATIC_BROKER_CONFIG",
+        5 => "DEFAULT_CONFIG",
+        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
+        7 => "CLIENT_METRICS_CONFIG",
+        8 => "GROUP_CONFIG",
+        _ => "UNKNOWN",
+    }
+}
+
+fn protocol(target: &str, reason: String) -> UpstreamError {
+    UpstreamError::Protocol {
+        target: target.to_owned(),
+        reason,
+    }
+}
+
+/// How many resources go in one DescribeConfigs request.
+const DESCRIBE_BATCH: usize = 500;
+
+/// Sends DescribeConfigs for `resources` (type, name), asking only for `keys`,
+/// and returns each resource's entries in order. A resource the broker answers
+/// with an error is an error: an audit that cannot see a config must not pass.
+pub async fn describe(
+    client: &mut KafkaClient,
+    version: i16,
+    resources: &[(i8, String)],
+    keys: &[String],
+) -> Result<Vec<((i8, String), Vec<DescribedConfig>)>, UpstreamError> {
+    let target = client.addr().to_owned();
+    let mut out = Vec::with_capacity(resources.len());
+    for batch in resources.chunks(DESCRIBE_BATCH) {
+        let request = DescribeConfigsRequest::default().with_resources(
+            batch
+                .iter()
+                .map(|(t, n)| {
+                    DescribeConfigsResource::default()
+                        .with_resource_type(*t)
+                        .with_resource_name(StrBytes::from_string(n.clone()))
+                        .with_configuration_keys(Some(
+                            keys.iter().map(|k| StrBytes::from_string(k.clone())).collect(),
+                        ))
+                })
+                .collect(),
+        );
+        let mut body = BytesMut::new();
+        request
+            .encode(&mut body, version)
+            .map_err(|e| protocol(&target, format!("cannot encode DescribeConfigs v{version}: {e}")))?;
+        let raw = client
+            .request(ApiKey::DescribeConfigs, version, &body)
+            .await
+            .map_err(|e| UpstreamError::Broken {
+                target: target.clone(),
+                reason: e.to_string(),
+            })?;
+        let results = decode_describe_configs(version, &raw)
+            .map_err(|e| protocol(&target, format!("unreadable DescribeConfigs v{version} response: {e}")))?;
+        for (resource, code, message, entries) in results {
+            if code != error_codes::NONE {
+                return Err(protocol(
+                    &target,
+                    format!(
+                        "DescribeConfigs for {} {} failed: {} {}",
+                        if resource.0 == RESOURCE_TOPIC { "topic" } else { "broker" },
+                        resource.1,
+                        error_codes::name(code),
+                        message.unwrap_or_default()
+                    ),
+                ));
+            }
+            out.push((resource, entries));
+        }
+    }
+    Ok(out)
+}
+
+type DescribedResource = ((i8, String), i16, Option<String>, Vec<DescribedConfig>);
+
+/// DescribeConfigs response, v1-v4 (flexible from v4).
+pub fn decode_describe_configs(version: i16, body: &[u8]) -> Result<Vec<DescribedResource>, CodecError> {
+    let flexible = version >= 4;
+    let string = |r: &mut Reader<'_>, what| r.string(flexible, what).map(str::to_owned);
+    let nullable = |r: &mut Reader<'_>, what| -> Result<Option<String>, CodecError> {
+        Ok(if flexible {
+            r.compact_nullable_string(what)?
+        } else {
+            r.nullable_string(what)?
+        }
+        .map(str::to_owned))
+    };
+    let mut r = Reader::new(body);
+    r.i32("ThrottleTimeMs")?;
+    let n = r.array_len(flexible, 6, "Results")?.unwrap_or(0);
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let code = r.i16("ErrorCode")?;
+        let message = nullable(&mut r, "ErrorMessage")?;
+        let resource_type = r.i8("ResourceType")?;
+        let name = string(&mut r, "ResourceName")?;
+        let count = r.array_len(flexible, 6, "Configs")?.unwrap_or(0);
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            let config_name = string(&mut r, "Name")?;
+            let value = nullable(&mut r, "Value")?;
+            r.bool("ReadOnly")?;
+            let source = r.i8("ConfigSource")?;
+            r.bool("IsSensitive")?;
+            let synonyms = r.array_len(flexible, 3, "Synonyms")?.unwrap_or(0);
+            for _ in 0..synonyms {
+                string(&mut r, "Name")?;
+                nullable(&mut r, "Value")?;
+                r.i8("Source")?;
+                if flexible {
+                    r.tagged_fields("DescribeConfigsSynonym")?;
+                }
+            }
+            if version >= 3 {
+                r.i8("ConfigType")?;
+                nullable(&mut r, "Documentation")?;
+            }
+            if flexible {
+                r.tagged_fields("DescribeConfigsResourceResult")?;
+            }
+            entries.push(DescribedConfig {
+                name: config_name,
+                value,
+                source,
+            });
+        }
+        if flexible {
+            r.tagged_fields("DescribeConfigsResult")?;
+        }
+        out.push(((resource_type, name), code, message, entries));
+    }
+    Ok(out)
+}
+
+/// The DescribeConfigs version to use with the brokers of `view`.
+fn describe_version(view: &ClusterView) -> Option<i16> {
+    negotiate(&view.api_intersection(), ApiKey::DescribeConfigs, 4).filter(|v| *v >= 1)
+}
+
+/// `num.partitions` and `default.replication.factor` of broker `node`.
+pub async fn topic_defaults(
+    client: &mut KafkaClient,
+    view: &ClusterView,
+    node: i32,
+) -> Result<TopicDefaults, UpstreamError> {
+    let version = describe_version(view)
+        .ok_or_else(|| protocol(client.addr(), "the brokers serve no DescribeConfigs v1-v4".into()))?;
+    let keys = ["num.partitions".to_owned(), "default.replication.factor".to_owned()];
+    let described = describe(client, version, &[(RESOURCE_BROKER, node.to_string())], &keys).await?;
+    let mut defaults = TopicDefaults::default();
+    for entry in described.into_iter().flat_map(|(_, e)| e) {
+        let value = entry.value.as_deref().unwrap_or_default();
+        match entry.name.as_str() {
+            "num.partitions" => defaults.num_partitions = value.parse().ok(),
+            "default.replication.factor" => defaults.replication_factor = value.parse().ok(),
+            _ => {}
+        }
+    }
+    Ok(defaults)
+}
+
+/// Every topic's dynamic value and every live broker's effective value of
+/// `keys` (broker spelling; topics are asked for the topic spelling): what an
+/// upgrade audit checks. A topic value that only repeats a broker value is left
+/// out, as that value is audited at its broker.
+pub async fn audit_configs(
+    view: &ClusterView,
+    sasl: Option<&SaslPlain>,
+    timeout: Duration,
+    keys: &[&str],
+) -> Result<Vec<ReportedConfig>, UpstreamError> {
+    let version = describe_version(view).ok_or_else(|| {
+        protocol("the upstream", "the brokers serve no DescribeConfigs v1-v4".into())
+    })?;
+    let live: Vec<(i32, String)> = view
+        .brokers
+        .iter()
+        .filter(|(id, _)| view.live.contains_key(id))
+        .map(|(id, b)| (*id, b.address()))
+        .collect();
+    if live.is_empty() {
+        return Err(UpstreamError::Unreachable {
+            targets: "the upstream".into(),
+            reason: "no live broker is known".into(),
+        });
+    }
+    let mut reported = Vec::new();
+    let broker_keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    // A broker's static configs are known to that broker alone.
+    for (id, address) in &live {
+        let mut client = control_connection(std::slice::from_ref(address), timeout, sasl).await?;
+        let described = describe(&mut client, version, &[(RESOURCE_BROKER, id.to_string())], &broker_keys).await?;
+        for entry in described.into_iter().flat_map(|(_, e)| e) {
+            if let Some(value) = entry.value {
+                reported.push(ReportedConfig {
+                    resource: ConfigResource::Broker(id.to_string()),
+                    key: entry.name,
+                    value,
+                    source: source_name(entry.source),
+                });
+            }
+        }
+    }
+    let mut client = control_connection(&[live[0].1.clone()], timeout, sasl).await?;
+    let topics = topic_names(&mut client, view).await?;
+    let topic_keys: Vec<String> = keys
+        .iter()
+        .map(|k| crate::policy::validators::topic_key(k).to_owned())
+        .collect();
+    let resources: Vec<(i8, String)> = topics.into_iter().map(|t| (RESOURCE_TOPIC, t)).collect();
+    for ((_, topic), entries) in describe(&mut client, version, &resources, &topic_keys).await? {
+        for entry in entries {
+            if let (Some(value), 1) = (entry.value, entry.source) {
+                reported.push(ReportedConfig {
+                    resource: ConfigResource::Topic(topic.clone()),
+                    key: entry.name,
+                    value,
+                    source: source_name(entry.source),
+                });
+            }
+        }
+    }
+    Ok(reported)
+}
+
+/// The names of every topic, internal ones included.
+async fn topic_names(client: &mut KafkaClient, view: &ClusterView) -> Result<Vec<String>, UpstreamError> {
+    let target = client.addr().to_owned();
+    let version = negotiate(&view.api_intersection(), ApiKey::Metadata, 12)
+        .filter(|v| *v >= 1)
+        .ok_or_else(|| protocol(&target, "the brokers serve no Metadata v1-v12".into()))?;
+    let mut request = MetadataRequest::default().with_topics(None);
+    if version >= 4 {
+        request.allow_auto_topic_creation = false;
+    }
+    let mut body = BytesMut::new();
+    request
+        .encode(&mut body, version)
+        .map_err(|e| protocol(&target, format!("cannot encode Metadata v{version}: {e}")))?;
+    let raw = client
+        .request(ApiKey::Metadata, version, &body)
+        .await
+        .map_err(|e| UpstreamError::Broken {
+            target: target.clone(),
+            reason: e.to_string(),
+        })?;
+    decode_metadata_topics(version, &raw)
+        .map_err(|e| protocol(&target, format!("unreadable Metadata v{version} response: {e}")))
+}
+
+/// The topic names of a Metadata response body, v1-v12.
+pub fn decode_metadata_topics(version: i16, body: &[u8]) -> Result<Vec<String>, CodecError> {
+    let flexible = version >= 9;
+    let tags = |r: &mut Reader<'_>, what| -> Result<(), CodecError> {
+        if flexible {
+            r.tagged_fields(what)?;
+        }
+        Ok(())
+    };
+    let nullable = |r: &mut Reader<'_>, what| -> Result<Option<String>, CodecError> {
+        Ok(if flexible {
+            r.compact_nullable_string(what)?
+        } else {
+            r.nullable_string(what)?
+        }
+        .map(str::to_owned))
+    };
+    let int_array = |r: &mut Reader<'_>, what| -> Result<(), CodecError> {
+        let n = r.array_len(flexible, 4, what)?.unwrap_or(0);
+        r.bytes(4 * n, what)?;
+        Ok(())
+    };
+    let mut r = Reader::new(body);
+    if version >= 3 {
+        r.i32("ThrottleTimeMs")?;
+    }
+    let brokers = r.array_len(flexible, 10, "Brokers")?.unwrap_or(0);
+    for _ in 0..brokers {
+        r.i32("NodeId")?;
+        r.string(flexible, "Host")?;
+        r.i32("Port")?;
+        nullable(&mut r, "Rack")?;
+        tags(&mut r, "MetadataResponseBroker")?;
+    }
+    if version >= 2 {
+        nullable(&mut r, "ClusterId")?;
+    }
+    r.i32("ControllerId")?;
+    let n = r.array_len(flexible, 8, "Topics")?.unwrap_or(0);
+    let mut names = Vec::with_capacity(n);
+    for _ in 0..n {
+        r.i16("ErrorCode")?;
+        let name = nullable(&mut r, "Name")?;
+        if version >= 10 {
+            r.uuid("TopicId")?;
+        }
+        r.bool("IsInternal")?;
+        let partitions = r.array_len(flexible, 14, "Partitions")?.unwrap_or(0);
+        for _ in 0..partitions {
+            r.i16("ErrorCode")?;
+            r.i32("PartitionIndex")?;
+            r.i32("LeaderId")?;
+            if version >= 7 {
+                r.i32("LeaderEpoch")?;
+            }
+            int_array(&mut r, "ReplicaNodes")?;
+            int_array(&mut r, "IsrNodes")?;
+            if version >= 5 {
+                int_array(&mut r, "OfflineReplicas")?;
+            }
+            tags(&mut r, "MetadataResponsePartition")?;
+        }
+        if version >= 8 {
+            r.i32("TopicAuthorizedOperations")?;
+        }
+        tags(&mut r, "MetadataResponseTopic")?;
+        names.extend(name);
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::describe_configs_response::{
+        DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
+    };
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+    };
+    use kafka_protocol::messages::{BrokerId, TopicName};
+
+    fn enc<M: Encodable>(m: &M, v: i16) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        m.encode(&mut b, v).unwrap();
+        b.to_vec()
+    }
+
+    #[test]
+    fn metadata_topic_names_are_read_in_every_version() {
+        let response = MetadataResponse::default()
+            .with_brokers(vec![MetadataResponseBroker::default()
+                .with_node_id(BrokerId(1))
+                .with_host(StrBytes::from_static_str("h"))
+                .with_port(9092)])
+            .with_topics(vec![
+                MetadataResponseTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("payments"))))
+                    .with_partitions(vec![MetadataResponsePartition::default()
+                        .with_replica_nodes(vec![BrokerId(1)])
+                        .with_isr_nodes(vec![BrokerId(1)])]),
+                MetadataResponseTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("orders")))),
+            ]);
+        for v in 1..=12 {
+            let raw = enc(&response, v);
+            assert_eq!(decode_metadata_topics(v, &raw).unwrap(), ["payments", "orders"], "v{v}");
+            // The fields after the topics (cluster operations, tags) are not read.
+            let unread = if (8..=10).contains(&v) { 4 } else { 0 } + usize::from(v >= 9);
+            for cut in 0..raw.len() - unread {
+                assert!(decode_metadata_topics(v, &raw[..cut]).is_err(), "v{v} cut at {cut} of {}", raw.len());
+            }
+        }
+    }
+
+    #[test]
+    fn describe_configs_entries_are_read_in_every_version() {
+        let response = DescribeConfigsResponse::default().with_results(vec![DescribeConfigsResult::default()
+            .with_resource_type(RESOURCE_BROKER)
+            .with_resource_name(StrBytes::from_static_str("1"))
+            .with_configs(vec![DescribeConfigsResourceResult::default()
+                .with_name(StrBytes::from_static_str("log.segment.bytes"))
+                .with_value(Some(StrBytes::from_static_str("2097152")))
+                .with_config_source(4)])]);
+        for v in 1..=4 {
+            let raw = enc(&response, v);
+            let decoded = decode_describe_configs(v, &raw).unwrap();
+            assert_eq!(decoded.len(), 1);
+            assert_eq!(decoded[0].3[0].value.as_deref(), Some("2097152"));
+            assert_eq!(source_name(decoded[0].3[0].source), "STATIC_BROKER_CONFIG");
+        }
+    }
+}
