@@ -53,7 +53,8 @@ const UNUSABLE_INPUT: u8 = 2;
 fn check(args: CheckArgs) -> Result<u8> {
     let config = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             match Config::from_toml(&text) {
                 Ok(c) => c,
                 Err(e) => {
@@ -74,7 +75,9 @@ fn check(args: CheckArgs) -> Result<u8> {
             .parse()
             .ok()
             .filter(|l: &i16| *l >= 0)
-            .with_context(|| format!("--feature {f}: the level must be an integer from 0 to 32767"))?;
+            .with_context(|| {
+                format!("--feature {f}: the level must be an integer from 0 to 32767")
+            })?;
         levels.insert(name.trim().to_owned(), level);
     }
     let validators = &config.policies.validators;
@@ -84,11 +87,14 @@ fn check(args: CheckArgs) -> Result<u8> {
     let Some(file) = &args.file else {
         return Ok(0);
     };
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let props = properties::parse(&text);
     for feature in validators.features() {
         if !levels.contains_key(feature) {
-            println!("note: no --feature {feature}=LEVEL given; its validators are checked at level 0");
+            println!(
+                "note: no --feature {feature}=LEVEL given; its validators are checked at level 0"
+            );
         }
     }
     let level_of = |f: &str| levels.get(f).copied().unwrap_or(0);

@@ -47,11 +47,15 @@ fn parse_create_topic(t: &toml::Table, errors: &mut Vec<String>) -> DeclaredTopi
         ),
     ] {
         if let Some(m) = min.or(max).filter(|&m| m < 1) {
-            errors.push(format!("policy.create_topic: a {what} limit of {m} is below 1"));
+            errors.push(format!(
+                "policy.create_topic: a {what} limit of {m} is below 1"
+            ));
         }
         if let (Some(a), Some(b)) = (min, max) {
             if a > b {
-                errors.push(format!("policy.create_topic: min_{what} {a} is above max_{what} {b}"));
+                errors.push(format!(
+                    "policy.create_topic: min_{what} {a} is above max_{what} {b}"
+                ));
             }
         }
     }
@@ -66,7 +70,9 @@ fn parse_create_topic(t: &toml::Table, errors: &mut Vec<String>) -> DeclaredTopi
         for (key, v) in configs {
             let path = format!("policy.create_topic.configs.\"{key}\"");
             let Some(table) = v.as_table() else {
-                errors.push(format!("{path}: expected a table such as {{ min = 1, max = 10 }}"));
+                errors.push(format!(
+                    "{path}: expected a table such as {{ min = 1, max = 10 }}"
+                ));
                 continue;
             };
             let mut w = walker(&path, table, errors);
@@ -108,10 +114,13 @@ fn parse_validators(v: &toml::Value, errors: &mut Vec<String>) -> ConfigValidato
             }
         }
         if level.is_none() && !table.contains_key("level") {
-            w.errors.push(format!("{path}.level: missing (the feature level it takes effect from)"));
+            w.errors.push(format!(
+                "{path}.level: missing (the feature level it takes effect from)"
+            ));
         }
         if let Some(l) = level.filter(|&l| l < 0) {
-            w.errors.push(format!("{path}.level: {l} must not be negative"));
+            w.errors
+                .push(format!("{path}.level: {l} must not be negative"));
         }
         w.finish();
         if let (Some(key), Some(feature), Some(level), Some(rule)) = (key, feature, level, rule) {
@@ -194,7 +203,10 @@ fn bound(w: &mut Walker<'_, '_>, k: &'static str) -> Option<Bound> {
         toml::Value::Integer(i) => Some(Bound::Int(*i)),
         toml::Value::Float(f) if f.is_finite() => Some(Bound::Float(*f)),
         other => {
-            w.errors.push(format!("{full}: expected a number, found {}", other.type_str()));
+            w.errors.push(format!(
+                "{full}: expected a number, found {}",
+                other.type_str()
+            ));
             None
         }
     }
@@ -204,10 +216,11 @@ fn strings(w: &mut Walker<'_, '_>, k: &'static str) -> Vec<String> {
     let full = w.key(k);
     match w.get(k) {
         None => Vec::new(),
-        Some(v) => match v
-            .as_array()
-            .and_then(|a| a.iter().map(|s| s.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>())
-        {
+        Some(v) => match v.as_array().and_then(|a| {
+            a.iter()
+                .map(|s| s.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        }) {
             Some(list) => list,
             None => {
                 w.errors.push(format!("{full}: expected a list of strings"));
@@ -224,7 +237,8 @@ fn patterns(w: &mut Walker<'_, '_>, k: &'static str) -> Vec<WholeMatch> {
         .filter_map(|p| match WholeMatch::new(p) {
             Ok(m) => Some(m),
             Err(e) => {
-                w.errors.push(format!("{full}: invalid pattern \"{p}\": {e}"));
+                w.errors
+                    .push(format!("{full}: invalid pattern \"{p}\": {e}"));
                 None
             }
         })
@@ -300,6 +314,9 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(c.policies.validators.keys_of("metadata.version"), ["log.segment.bytes"]);
+        assert_eq!(
+            c.policies.validators.keys_of("metadata.version"),
+            ["log.segment.bytes"]
+        );
     }
 }

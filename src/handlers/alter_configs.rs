@@ -39,7 +39,10 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
                 name: res.resource_name.as_str().to_owned(),
             }),
             Some((code, message)) => {
-                tracing::debug!(resource = res.resource_name.as_str(), "AlterConfigs: refused: {message}");
+                tracing::debug!(
+                    resource = res.resource_name.as_str(),
+                    "AlterConfigs: refused: {message}"
+                );
                 Slot::Ours(refused_entry(res, code, message, version)?)
             }
         });
@@ -60,15 +63,23 @@ fn check(
     let set: BTreeMap<String, String> = res
         .configs
         .iter()
-        .filter_map(|c| Some((c.name.as_str().to_owned(), c.value.as_ref()?.as_str().to_owned())))
+        .filter_map(|c| {
+            Some((
+                c.name.as_str().to_owned(),
+                c.value.as_ref()?.as_str().to_owned(),
+            ))
+        })
         .collect();
     if let ConfigResource::Topic(_) = target {
-        policies.create_topic.validate_replacement(&set).map_err(|v| {
-            (
-                error_codes::POLICY_VIOLATION,
-                format!("{target} violates the create-topic policy: {v}"),
-            )
-        })?;
+        policies
+            .create_topic
+            .validate_replacement(&set)
+            .map_err(|v| {
+                (
+                    error_codes::POLICY_VIOLATION,
+                    format!("{target} violates the create-topic policy: {v}"),
+                )
+            })?;
     }
     check_changes(
         policies,
@@ -78,7 +89,12 @@ fn check(
     )
 }
 
-fn refused_entry(res: &AlterConfigsResource, code: i16, message: String, version: i16) -> Result<Vec<u8>, HandlerError> {
+fn refused_entry(
+    res: &AlterConfigsResource,
+    code: i16,
+    message: String,
+    version: i16,
+) -> Result<Vec<u8>, HandlerError> {
     let entry = AlterConfigsResourceResponse::default()
         .with_error_code(code)
         .with_error_message(Some(StrBytes::from_string(message)))

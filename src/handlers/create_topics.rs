@@ -16,11 +16,15 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 const API: ApiKey = ApiKey::CreateTopics;
 
-pub fn handle(ctx: &Context, frame: Bytes, defaults: TopicDefaults) -> Result<Action, HandlerError> {
+pub fn handle(
+    ctx: &Context,
+    frame: Bytes,
+    defaults: TopicDefaults,
+) -> Result<Action, HandlerError> {
     let (request, mut body) = decode_request(API, CREATE_TOPICS_VERSIONS.1, frame, create_topics)?;
     let version = request.header.api_version;
     let policies = ctx.policies.load();
@@ -33,16 +37,18 @@ pub fn handle(ctx: &Context, frame: Bytes, defaults: TopicDefaults) -> Result<Ac
     }
     let mut slots = Vec::with_capacity(body.topics.len());
     let mut accepted = vec![false; body.topics.len()];
-    let mut answered_duplicates = Vec::new();
+    let mut answered_duplicates = HashSet::new();
     for (i, topic) in body.topics.iter().enumerate() {
         let name = topic.name.0.as_str();
         let refusal = if seen[name] > 1 {
             // Kafka answers each duplicated name once, and creates none of them.
-            if answered_duplicates.contains(&name) {
+            if !answered_duplicates.insert(name) {
                 continue;
             }
-            answered_duplicates.push(name);
-            Some((error_codes::INVALID_REQUEST, "Duplicate topic name.".to_owned()))
+            Some((
+                error_codes::INVALID_REQUEST,
+                "Duplicate topic name.".to_owned(),
+            ))
         } else {
             check(&policies, &level_of, topic, defaults)
         };
@@ -75,7 +81,9 @@ fn check(
     let name = topic.name.0.as_str();
     // The protocol's own check: counts and assignments exclude each other. The
     // broker refuses such a topic with its own message; the policy is not asked.
-    if !topic.assignments.is_empty() && (topic.num_partitions != -1 || topic.replication_factor != -1) {
+    if !topic.assignments.is_empty()
+        && (topic.num_partitions != -1 || topic.replication_factor != -1)
+    {
         return None;
     }
     let details = details(topic, defaults);
@@ -87,7 +95,10 @@ fn check(
     }
     for c in &topic.configs {
         if let Some(value) = &c.value {
-            if let Err(v) = policies.validators.check(c.name.as_str(), value.as_str(), level_of) {
+            if let Err(v) = policies
+                .validators
+                .check(c.name.as_str(), value.as_str(), level_of)
+            {
                 return Some((
                     error_codes::INVALID_CONFIG,
                     format!(
@@ -106,7 +117,12 @@ fn details(topic: &CreatableTopic, defaults: TopicDefaults) -> TopicDetails {
     let assignments: BTreeMap<i32, Vec<i32>> = topic
         .assignments
         .iter()
-        .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+        .map(|a| {
+            (
+                a.partition_index,
+                a.broker_ids.iter().map(|b| b.0).collect(),
+            )
+        })
         .collect();
     let (num_partitions, replication_factor) = if assignments.is_empty() {
         (
@@ -120,7 +136,12 @@ fn details(topic: &CreatableTopic, defaults: TopicDefaults) -> TopicDetails {
             },
         )
     } else {
-        let replicas = topic.assignments.iter().map(|a| a.broker_ids.len()).max().unwrap_or(0);
+        let replicas = topic
+            .assignments
+            .iter()
+            .map(|a| a.broker_ids.len())
+            .max()
+            .unwrap_or(0);
         (
             i32::try_from(topic.assignments.len()).ok(),
             i16::try_from(replicas).ok(),
@@ -134,12 +155,22 @@ fn details(topic: &CreatableTopic, defaults: TopicDefaults) -> TopicDetails {
         configs: topic
             .configs
             .iter()
-            .map(|c| (c.name.as_str().to_owned(), c.value.as_ref().map(|v| v.as_str().to_owned())))
+            .map(|c| {
+                (
+                    c.name.as_str().to_owned(),
+                    c.value.as_ref().map(|v| v.as_str().to_owned()),
+                )
+            })
             .collect(),
     }
 }
 
-fn refused_entry(topic: &CreatableTopic, code: i16, message: String, version: i16) -> Result<Vec<u8>, HandlerError> {
+fn refused_entry(
+    topic: &CreatableTopic,
+    code: i16,
+    message: String,
+    version: i16,
+) -> Result<Vec<u8>, HandlerError> {
     let entry = CreatableTopicResult::default()
         .with_name(topic.name.clone())
         .with_error_code(code)

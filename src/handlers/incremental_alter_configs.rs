@@ -7,11 +7,15 @@
 
 use super::checked::{self, check_changes, levels, resource, Change};
 use super::{decode_request, Action, Context, HandlerError};
-use crate::protocol::config_requests::{incremental_alter_configs, INCREMENTAL_ALTER_CONFIGS_VERSIONS};
+use crate::protocol::config_requests::{
+    incremental_alter_configs, INCREMENTAL_ALTER_CONFIGS_VERSIONS,
+};
 use crate::protocol::response::encode_body;
 use crate::protocol::results::{ResultKey, Slot};
 use bytes::Bytes;
-use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
@@ -36,7 +40,13 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
     let mut accepted = Vec::with_capacity(body.resources.len());
     for res in &body.resources {
         let refusal = resource(res.resource_type, res.resource_name.as_str()).and_then(|target| {
-            check_changes(&policies, &level_of, &target, res.configs.iter().filter_map(change)).err()
+            check_changes(
+                &policies,
+                &level_of,
+                &target,
+                res.configs.iter().filter_map(change),
+            )
+            .err()
         });
         accepted.push(refusal.is_none());
         slots.push(match refusal {
@@ -45,7 +55,10 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
                 name: res.resource_name.as_str().to_owned(),
             }),
             Some((code, message)) => {
-                tracing::debug!(resource = res.resource_name.as_str(), "IncrementalAlterConfigs: refused: {message}");
+                tracing::debug!(
+                    resource = res.resource_name.as_str(),
+                    "IncrementalAlterConfigs: refused: {message}"
+                );
                 Slot::Ours(refused_entry(res, code, message, version)?)
             }
         });
@@ -69,7 +82,12 @@ fn change(c: &AlterableConfig) -> Option<Change<'_>> {
     }
 }
 
-fn refused_entry(res: &AlterConfigsResource, code: i16, message: String, version: i16) -> Result<Vec<u8>, HandlerError> {
+fn refused_entry(
+    res: &AlterConfigsResource,
+    code: i16,
+    message: String,
+    version: i16,
+) -> Result<Vec<u8>, HandlerError> {
     let entry = AlterConfigsResourceResponse::default()
         .with_error_code(code)
         .with_error_message(Some(StrBytes::from_string(message)))

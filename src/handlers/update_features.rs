@@ -11,11 +11,11 @@
 
 use super::{decode_request, Context, HandlerError, Peer};
 use crate::features::{FeatureUpdate, Owner, UpdateRejection, UpgradeType};
+use crate::policy;
 use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::{encode_frame, frame_with_body};
 use crate::protocol::{HeaderPeek, Reader, RequestFrame};
-use crate::policy;
 use crate::upstream::{cluster, configs, Route, Upstream};
 use bytes::Bytes;
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;

@@ -56,7 +56,10 @@ pub trait CreateTopicPolicy: Send + Sync + std::fmt::Debug {
     /// Whether an existing topic's configs may be replaced by exactly `configs`
     /// (the legacy AlterConfigs, which drops every key it does not name). Allows
     /// everything unless overridden.
-    fn validate_replacement(&self, _configs: &BTreeMap<String, String>) -> Result<(), PolicyViolation> {
+    fn validate_replacement(
+        &self,
+        _configs: &BTreeMap<String, String>,
+    ) -> Result<(), PolicyViolation> {
         Ok(())
     }
 
@@ -182,7 +185,11 @@ impl CreateTopicPolicy for DeclaredTopicPolicy {
     fn validate(&self, topic: &TopicDetails) -> Result<(), PolicyViolation> {
         let name = &topic.name;
         if !self.allowed_names.is_empty() && !self.allowed_names.iter().any(|p| p.matches(name)) {
-            let patterns: Vec<&str> = self.allowed_names.iter().map(|p| p.source.as_str()).collect();
+            let patterns: Vec<&str> = self
+                .allowed_names
+                .iter()
+                .map(|p| p.source.as_str())
+                .collect();
             return Err(violation(format!(
                 "the name matches none of the allowed patterns [{}] (allowed_names)",
                 patterns.join(", ")
@@ -197,7 +204,8 @@ impl CreateTopicPolicy for DeclaredTopicPolicy {
         self.check_counts(topic)?;
         if !self.allow_replica_assignment && !topic.assignments.is_empty() {
             return Err(violation(
-                "manual replica assignments are not allowed (allow_replica_assignment = false)".into(),
+                "manual replica assignments are not allowed (allow_replica_assignment = false)"
+                    .into(),
             ));
         }
         for key in &self.required_configs {
@@ -227,7 +235,10 @@ impl CreateTopicPolicy for DeclaredTopicPolicy {
         self.check_removal(key)
     }
 
-    fn validate_replacement(&self, configs: &BTreeMap<String, String>) -> Result<(), PolicyViolation> {
+    fn validate_replacement(
+        &self,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), PolicyViolation> {
         for key in &self.required_configs {
             if !configs.contains_key(key) {
                 return Err(violation(format!(
@@ -302,16 +313,55 @@ mod tests {
 
     #[test]
     fn each_limit_is_named_in_its_refusal() {
-        let ok = with(topic("orders", Some(3), Some(1)), "retention.ms", Some("86400000"));
+        let ok = with(
+            topic("orders", Some(3), Some(1)),
+            "retention.ms",
+            Some("86400000"),
+        );
         assert_eq!(policy().validate(&ok), Ok(()));
-        assert!(refused(&with(topic("orders", Some(11), Some(1)), "retention.ms", Some("86400000"))).contains("max_partitions"));
-        assert!(refused(&with(topic("orders", Some(0), Some(1)), "retention.ms", Some("86400000"))).contains("min_partitions"));
-        assert!(refused(&with(topic("orders", Some(1), Some(4)), "retention.ms", Some("86400000"))).contains("max_replication_factor"));
-        assert!(refused(&with(topic("Orders", Some(1), Some(1)), "retention.ms", Some("86400000"))).contains("allowed_names"));
-        assert!(refused(&with(topic("tmp.x", Some(1), Some(1)), "retention.ms", Some("86400000"))).contains("denied_names"));
+        assert!(refused(&with(
+            topic("orders", Some(11), Some(1)),
+            "retention.ms",
+            Some("86400000")
+        ))
+        .contains("max_partitions"));
+        assert!(refused(&with(
+            topic("orders", Some(0), Some(1)),
+            "retention.ms",
+            Some("86400000")
+        ))
+        .contains("min_partitions"));
+        assert!(refused(&with(
+            topic("orders", Some(1), Some(4)),
+            "retention.ms",
+            Some("86400000")
+        ))
+        .contains("max_replication_factor"));
+        assert!(refused(&with(
+            topic("Orders", Some(1), Some(1)),
+            "retention.ms",
+            Some("86400000")
+        ))
+        .contains("allowed_names"));
+        assert!(refused(&with(
+            topic("tmp.x", Some(1), Some(1)),
+            "retention.ms",
+            Some("86400000")
+        ))
+        .contains("denied_names"));
         assert!(refused(&topic("orders", Some(1), Some(1))).contains("required_configs"));
-        assert!(refused(&with(topic("orders", Some(1), Some(1)), "retention.ms", None)).contains("required_configs"));
-        assert!(refused(&with(topic("orders", Some(1), Some(1)), "retention.ms", Some("1000"))).contains("configs.retention.ms"));
+        assert!(refused(&with(
+            topic("orders", Some(1), Some(1)),
+            "retention.ms",
+            None
+        ))
+        .contains("required_configs"));
+        assert!(refused(&with(
+            topic("orders", Some(1), Some(1)),
+            "retention.ms",
+            Some("1000")
+        ))
+        .contains("configs.retention.ms"));
         let forbidden = with(ok.clone(), "unclean.leader.election.enable", Some("true"));
         assert!(refused(&forbidden).contains("forbidden_configs"));
         let mut assigned = ok.clone();
@@ -321,7 +371,11 @@ mod tests {
 
     #[test]
     fn an_unknown_cluster_default_is_refused_only_when_a_limit_needs_it() {
-        let t = with(topic("orders", None, None), "retention.ms", Some("86400000"));
+        let t = with(
+            topic("orders", None, None),
+            "retention.ms",
+            Some("86400000"),
+        );
         assert!(refused(&t).contains("num.partitions"));
         assert_eq!(DeclaredTopicPolicy::permissive().validate(&t), Ok(()));
     }

@@ -77,7 +77,11 @@ impl std::fmt::Display for AuditFinding {
         write!(
             f,
             "{}: {}={} ({}) {}",
-            self.resource, self.violation.key, self.violation.value, self.source, self.violation.reason
+            self.resource,
+            self.violation.key,
+            self.violation.value,
+            self.source,
+            self.violation.reason
         )
     }
 }
@@ -157,8 +161,14 @@ mod tests {
         let findings = audit(&validators, "metadata.version", 26, &at_25, &configs);
         let message = audit_refusal("metadata.version", 26, &findings);
         assert_eq!(findings.len(), 2, "{message}");
-        assert!(message.contains("topic payments: segment.bytes=1048576"), "{message}");
-        assert!(message.contains("broker 3: log.segment.bytes=2097152 (STATIC_BROKER_CONFIG)"), "{message}");
+        assert!(
+            message.contains("topic payments: segment.bytes=1048576"),
+            "{message}"
+        );
+        assert!(
+            message.contains("broker 3: log.segment.bytes=2097152 (STATIC_BROKER_CONFIG)"),
+            "{message}"
+        );
         assert!(!message.contains("orders"), "{message}");
         assert!(audit(&validators, "metadata.version", 25, &at_25, &configs).is_empty());
     }

@@ -13,7 +13,8 @@ pub fn parse(text: &str) -> BTreeMap<String, String> {
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
         let mut line = line.trim_start();
-        if logical.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!')) {
+        if logical.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
+        {
             continue;
         }
         // An odd number of trailing backslashes continues the line.

@@ -117,7 +117,10 @@ impl ValueRule {
             }
             if let Some(p) = &self.pattern {
                 if !p.matches(element) {
-                    return Some(format!("\"{element}\" does not match the pattern {}", p.source));
+                    return Some(format!(
+                        "\"{element}\" does not match the pattern {}",
+                        p.source
+                    ));
                 }
             }
         }

@@ -197,11 +197,20 @@ const TOPIC_TO_BROKER: &[(&str, &str)] = &[
     ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
     ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
     ("file.delete.delay.ms", "log.segment.delete.delay.ms"),
-    ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+    ),
     ("cleanup.policy", "log.cleanup.policy"),
     ("message.timestamp.type", "log.message.timestamp.type"),
-    ("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms"),
-    ("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms"),
+    (
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+    ),
+    (
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+    ),
     ("preallocate", "log.preallocate"),
     ("local.retention.ms", "log.local.retention.ms"),
     ("local.retention.bytes", "log.local.retention.bytes"),
@@ -286,7 +295,10 @@ mod tests {
         assert!(check("1048576", 25).is_ok());
         let refused = check("1048576", 26).unwrap_err();
         assert!(refused.reason.contains("at least 3145728"), "{refused}");
-        assert!(refused.reason.contains("metadata.version level 26"), "{refused}");
+        assert!(
+            refused.reason.contains("metadata.version level 26"),
+            "{refused}"
+        );
         assert!(check("3145728", 26).is_ok());
         assert!(check("3145728", 28).is_err());
         assert!(check("8388608", 29).is_ok());

@@ -23,7 +23,11 @@ fn owned(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
 
-fn nullable(r: &mut Reader<'_>, flexible: bool, what: &'static str) -> Result<Option<StrBytes>, CodecError> {
+fn nullable(
+    r: &mut Reader<'_>,
+    flexible: bool,
+    what: &'static str,
+) -> Result<Option<StrBytes>, CodecError> {
     Ok(if flexible {
         r.compact_nullable_string(what)?
     } else {
@@ -32,9 +36,15 @@ fn nullable(r: &mut Reader<'_>, flexible: bool, what: &'static str) -> Result<Op
     .map(owned))
 }
 
-fn array(r: &mut Reader<'_>, flexible: bool, min: usize, what: &'static str) -> Result<usize, CodecError> {
-    r.array_len(flexible, min, what)?
-        .ok_or_else(|| CodecError::Invalid(format!("non-nullable field {what} was serialized as null")))
+fn array(
+    r: &mut Reader<'_>,
+    flexible: bool,
+    min: usize,
+    what: &'static str,
+) -> Result<usize, CodecError> {
+    r.array_len(flexible, min, what)?.ok_or_else(|| {
+        CodecError::Invalid(format!("non-nullable field {what} was serialized as null"))
+    })
 }
 
 fn tags(
@@ -56,7 +66,12 @@ pub fn create_topics(version: i16, body: &[u8]) -> Result<CreateTopicsRequest, C
     let min_array = if flexible { 1 } else { 4 };
     let min_tags = usize::from(flexible);
     let mut r = Reader::new(body);
-    let n = array(&mut r, flexible, min_string + 6 + 2 * min_array + min_tags, "Topics")?;
+    let n = array(
+        &mut r,
+        flexible,
+        min_string + 6 + 2 * min_array + min_tags,
+        "Topics",
+    )?;
     let mut req = CreateTopicsRequest::default();
     req.topics.reserve(n);
     for _ in 0..n {
@@ -67,7 +82,8 @@ pub fn create_topics(version: i16, body: &[u8]) -> Result<CreateTopicsRequest, C
         let assignments = array(&mut r, flexible, 4 + min_array + min_tags, "Assignments")?;
         t.assignments.reserve(assignments);
         for _ in 0..assignments {
-            let mut a = CreatableReplicaAssignment::default().with_partition_index(r.i32("PartitionIndex")?);
+            let mut a = CreatableReplicaAssignment::default()
+                .with_partition_index(r.i32("PartitionIndex")?);
             let ids = array(&mut r, flexible, 4, "BrokerIds")?;
             a.broker_ids.reserve(ids);
             for _ in 0..ids {
@@ -79,7 +95,8 @@ pub fn create_topics(version: i16, body: &[u8]) -> Result<CreateTopicsRequest, C
         let configs = array(&mut r, flexible, 2 * min_string + min_tags, "Configs")?;
         t.configs.reserve(configs);
         for _ in 0..configs {
-            let mut c = CreatableTopicConfig::default().with_name(owned(r.string(flexible, "Name")?));
+            let mut c =
+                CreatableTopicConfig::default().with_name(owned(r.string(flexible, "Name")?));
             c.value = nullable(&mut r, flexible, "Value")?;
             c.unknown_tagged_fields = tags(&mut r, flexible, "CreatableTopicConfig")?;
             t.configs.push(c);

@@ -1,9 +1,9 @@
 //! Writing response frames: size prefix, response header, body.
 
+use super::wire::{CodecError, Reader};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
-use super::wire::{CodecError, Reader};
 
 /// A response kshim built could not be encoded. Always kshim's fault.
 #[derive(Debug, thiserror::Error)]

@@ -56,7 +56,12 @@ pub fn ours_only(api: ApiKey, version: i16, entries: &[Vec<u8>]) -> Result<Vec<u
 
 /// The upstream's response body with kshim's entries spliced in, ordered as
 /// `slots`. An upstream entry no slot names is kept, after the others.
-pub fn merge(api: ApiKey, version: i16, upstream: &[u8], slots: &[Slot]) -> Result<Vec<u8>, CodecError> {
+pub fn merge(
+    api: ApiKey,
+    version: i16,
+    upstream: &[u8],
+    slots: &[Slot],
+) -> Result<Vec<u8>, CodecError> {
     let flexible = flexible(api, version)?;
     let split = split(api, version, flexible, upstream)?;
     let mut theirs: HashMap<&ResultKey, VecDeque<Range<usize>>> = HashMap::new();
@@ -124,7 +129,10 @@ fn split(api: ApiKey, version: i16, flexible: bool, body: &[u8]) -> Result<Split
             if flexible {
                 r.tagged_fields("AlterConfigsResourceResponse")?;
             }
-            ResultKey::Resource { resource_type, name }
+            ResultKey::Resource {
+                resource_type,
+                name,
+            }
         };
         entries.push((key, start..r.position()));
     }
@@ -147,7 +155,11 @@ fn nullable(r: &mut Reader<'_>, flexible: bool) -> Result<(), CodecError> {
     Ok(())
 }
 
-fn create_topics_entry(r: &mut Reader<'_>, version: i16, flexible: bool) -> Result<ResultKey, CodecError> {
+fn create_topics_entry(
+    r: &mut Reader<'_>,
+    version: i16,
+    flexible: bool,
+) -> Result<ResultKey, CodecError> {
     let name = r.string(flexible, "Name")?.to_owned();
     if version >= 7 {
         r.uuid("TopicId")?;
@@ -218,8 +230,15 @@ mod tests {
                 Slot::Ours(enc(&refused, version)),
                 Slot::Theirs(key("c")),
             ];
-            let merged = merge(ApiKey::CreateTopics, version, &enc(&upstream, version), &slots).unwrap();
-            let decoded = CreateTopicsResponse::decode(&mut bytes::Bytes::from(merged), version).unwrap();
+            let merged = merge(
+                ApiKey::CreateTopics,
+                version,
+                &enc(&upstream, version),
+                &slots,
+            )
+            .unwrap();
+            let decoded =
+                CreateTopicsResponse::decode(&mut bytes::Bytes::from(merged), version).unwrap();
             let names: Vec<&str> = decoded.topics.iter().map(|t| t.name.0.as_str()).collect();
             assert_eq!(names, ["a", "b", "c"], "v{version}");
             assert_eq!(decoded.topics[1].error_code, 44);
@@ -238,14 +257,30 @@ mod tests {
                 .with_resource_type(2)
                 .with_resource_name(StrBytes::from_string(n.into()))
         };
-        let upstream = IncrementalAlterConfigsResponse::default().with_responses(vec![res("x"), res("y")]);
-        let slots = vec![Slot::Theirs(ResultKey::Resource { resource_type: 2, name: "y".into() })];
-        let merged = merge(ApiKey::IncrementalAlterConfigs, v, &enc(&upstream, v), &slots).unwrap();
-        let decoded = IncrementalAlterConfigsResponse::decode(&mut bytes::Bytes::from(merged), v).unwrap();
-        let names: Vec<&str> = decoded.responses.iter().map(|r| r.resource_name.as_str()).collect();
+        let upstream =
+            IncrementalAlterConfigsResponse::default().with_responses(vec![res("x"), res("y")]);
+        let slots = vec![Slot::Theirs(ResultKey::Resource {
+            resource_type: 2,
+            name: "y".into(),
+        })];
+        let merged = merge(
+            ApiKey::IncrementalAlterConfigs,
+            v,
+            &enc(&upstream, v),
+            &slots,
+        )
+        .unwrap();
+        let decoded =
+            IncrementalAlterConfigsResponse::decode(&mut bytes::Bytes::from(merged), v).unwrap();
+        let names: Vec<&str> = decoded
+            .responses
+            .iter()
+            .map(|r| r.resource_name.as_str())
+            .collect();
         assert_eq!(names, ["y", "x"]);
         let alone = ours_only(ApiKey::IncrementalAlterConfigs, v, &[enc(&res("z"), v)]).unwrap();
-        let decoded = IncrementalAlterConfigsResponse::decode(&mut bytes::Bytes::from(alone), v).unwrap();
+        let decoded =
+            IncrementalAlterConfigsResponse::decode(&mut bytes::Bytes::from(alone), v).unwrap();
         assert_eq!(decoded.responses.len(), 1);
     }
 
@@ -257,7 +292,13 @@ mod tests {
         );
         for cut in 0..upstream.len() {
             assert!(
-                merge(ApiKey::CreateTopics, 5, &upstream[..cut], &[Slot::Theirs(key("a"))]).is_err(),
+                merge(
+                    ApiKey::CreateTopics,
+                    5,
+                    &upstream[..cut],
+                    &[Slot::Theirs(key("a"))]
+                )
+                .is_err(),
                 "cut at {cut}"
             );
         }

@@ -10,15 +10,15 @@ use super::Limits;
 use crate::handlers::forward::{AfterResponse, MergeFn};
 use crate::handlers::{dispatch, Action, Context, Peer};
 use crate::protocol::response::response_body_offset;
+use crate::protocol::CodecError;
 use crate::protocol::FrameCodec;
 use crate::upstream::link::write_frame;
 use crate::upstream::{Route, UpstreamLink};
-use crate::protocol::CodecError;
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
+use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
@@ -195,8 +195,14 @@ fn reply_to(
 
 /// The upstream's response frame (without size prefix) with its body replaced by
 /// what `merge` makes of it.
-fn merge_response(api: ApiKey, version: i16, frame: &Bytes, merge: MergeFn) -> Result<Bytes, String> {
-    let malformed = |e: CodecError| format!("the upstream's {api:?} v{version} response does not decode: {e}");
+fn merge_response(
+    api: ApiKey,
+    version: i16,
+    frame: &Bytes,
+    merge: MergeFn,
+) -> Result<Bytes, String> {
+    let malformed =
+        |e: CodecError| format!("the upstream's {api:?} v{version} response does not decode: {e}");
     let offset = response_body_offset(api, version, frame).map_err(malformed)?;
     let body = merge(&frame[offset..]).map_err(malformed)?;
     let mut out = BytesMut::with_capacity(offset + body.len());

@@ -226,7 +226,11 @@ impl Discoverer {
             live,
             topic_defaults: previous.topic_defaults,
         };
-        let asked_id = view.brokers.iter().find(|(_, b)| b.address() == asked).map(|(id, _)| *id);
+        let asked_id = view
+            .brokers
+            .iter()
+            .find(|(_, b)| b.address() == asked)
+            .map(|(id, _)| *id);
         if let Some(id) = asked_id {
             let client = self.client(&asked).await?;
             match super::configs::topic_defaults(client, &view, id).await {

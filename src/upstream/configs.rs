@@ -82,15 +82,20 @@ pub async fn describe(
                         .with_resource_type(*t)
                         .with_resource_name(StrBytes::from_string(n.clone()))
                         .with_configuration_keys(Some(
-                            keys.iter().map(|k| StrBytes::from_string(k.clone())).collect(),
+                            keys.iter()
+                                .map(|k| StrBytes::from_string(k.clone()))
+                                .collect(),
                         ))
                 })
                 .collect(),
         );
         let mut body = BytesMut::new();
-        request
-            .encode(&mut body, version)
-            .map_err(|e| protocol(&target, format!("cannot encode DescribeConfigs v{version}: {e}")))?;
+        request.encode(&mut body, version).map_err(|e| {
+            protocol(
+                &target,
+                format!("cannot encode DescribeConfigs v{version}: {e}"),
+            )
+        })?;
         let raw = client
             .request(ApiKey::DescribeConfigs, version, &body)
             .await
@@ -98,15 +103,23 @@ pub async fn describe(
                 target: target.clone(),
                 reason: e.to_string(),
             })?;
-        let results = decode_describe_configs(version, &raw)
-            .map_err(|e| protocol(&target, format!("unreadable DescribeConfigs v{version} response: {e}")))?;
+        let results = decode_describe_configs(version, &raw).map_err(|e| {
+            protocol(
+                &target,
+                format!("unreadable DescribeConfigs v{version} response: {e}"),
+            )
+        })?;
         for (resource, code, message, entries) in results {
             if code != error_codes::NONE {
                 return Err(protocol(
                     &target,
                     format!(
                         "DescribeConfigs for {} {} failed: {} {}",
-                        if resource.0 == RESOURCE_TOPIC { "topic" } else { "broker" },
+                        if resource.0 == RESOURCE_TOPIC {
+                            "topic"
+                        } else {
+                            "broker"
+                        },
                         resource.1,
                         error_codes::name(code),
                         message.unwrap_or_default()
@@ -122,7 +135,10 @@ pub async fn describe(
 type DescribedResource = ((i8, String), i16, Option<String>, Vec<DescribedConfig>);
 
 /// DescribeConfigs response, v1-v4 (flexible from v4).
-pub fn decode_describe_configs(version: i16, body: &[u8]) -> Result<Vec<DescribedResource>, CodecError> {
+pub fn decode_describe_configs(
+    version: i16,
+    body: &[u8],
+) -> Result<Vec<DescribedResource>, CodecError> {
     let flexible = version >= 4;
     let string = |r: &mut Reader<'_>, what| r.string(flexible, what).map(str::to_owned);
     let nullable = |r: &mut Reader<'_>, what| -> Result<Option<String>, CodecError> {
@@ -191,10 +207,23 @@ pub async fn topic_defaults(
     view: &ClusterView,
     node: i32,
 ) -> Result<TopicDefaults, UpstreamError> {
-    let version = describe_version(view)
-        .ok_or_else(|| protocol(client.addr(), "the brokers serve no DescribeConfigs v1-v4".into()))?;
-    let keys = ["num.partitions".to_owned(), "default.replication.factor".to_owned()];
-    let described = describe(client, version, &[(RESOURCE_BROKER, node.to_string())], &keys).await?;
+    let version = describe_version(view).ok_or_else(|| {
+        protocol(
+            client.addr(),
+            "the brokers serve no DescribeConfigs v1-v4".into(),
+        )
+    })?;
+    let keys = [
+        "num.partitions".to_owned(),
+        "default.replication.factor".to_owned(),
+    ];
+    let described = describe(
+        client,
+        version,
+        &[(RESOURCE_BROKER, node.to_string())],
+        &keys,
+    )
+    .await?;
     let mut defaults = TopicDefaults::default();
     for entry in described.into_iter().flat_map(|(_, e)| e) {
         let value = entry.value.as_deref().unwrap_or_default();
@@ -218,7 +247,10 @@ pub async fn audit_configs(
     keys: &[&str],
 ) -> Result<Vec<ReportedConfig>, UpstreamError> {
     let version = describe_version(view).ok_or_else(|| {
-        protocol("the upstream", "the brokers serve no DescribeConfigs v1-v4".into())
+        protocol(
+            "the upstream",
+            "the brokers serve no DescribeConfigs v1-v4".into(),
+        )
     })?;
     let live: Vec<(i32, String)> = view
         .brokers
@@ -237,7 +269,13 @@ pub async fn audit_configs(
     // A broker's static configs are known to that broker alone.
     for (id, address) in &live {
         let mut client = control_connection(std::slice::from_ref(address), timeout, sasl).await?;
-        let described = describe(&mut client, version, &[(RESOURCE_BROKER, id.to_string())], &broker_keys).await?;
+        let described = describe(
+            &mut client,
+            version,
+            &[(RESOURCE_BROKER, id.to_string())],
+            &broker_keys,
+        )
+        .await?;
         for entry in described.into_iter().flat_map(|(_, e)| e) {
             if let Some(value) = entry.value {
                 reported.push(ReportedConfig {
@@ -272,7 +310,10 @@ pub async fn audit_configs(
 }
 
 /// The names of every topic, internal ones included.
-async fn topic_names(client: &mut KafkaClient, view: &ClusterView) -> Result<Vec<String>, UpstreamError> {
+async fn topic_names(
+    client: &mut KafkaClient,
+    view: &ClusterView,
+) -> Result<Vec<String>, UpstreamError> {
     let target = client.addr().to_owned();
     let version = negotiate(&view.api_intersection(), ApiKey::Metadata, 12)
         .filter(|v| *v >= 1)
@@ -292,8 +333,12 @@ async fn topic_names(client: &mut KafkaClient, view: &ClusterView) -> Result<Vec
             target: target.clone(),
             reason: e.to_string(),
         })?;
-    decode_metadata_topics(version, &raw)
-        .map_err(|e| protocol(&target, format!("unreadable Metadata v{version} response: {e}")))
+    decode_metadata_topics(version, &raw).map_err(|e| {
+        protocol(
+            &target,
+            format!("unreadable Metadata v{version} response: {e}"),
+        )
+    })
 }
 
 /// The topic names of a Metadata response body, v1-v12.
@@ -402,24 +447,33 @@ mod tests {
             ]);
         for v in 1..=12 {
             let raw = enc(&response, v);
-            assert_eq!(decode_metadata_topics(v, &raw).unwrap(), ["payments", "orders"], "v{v}");
+            assert_eq!(
+                decode_metadata_topics(v, &raw).unwrap(),
+                ["payments", "orders"],
+                "v{v}"
+            );
             // The fields after the topics (cluster operations, tags) are not read.
             let unread = if (8..=10).contains(&v) { 4 } else { 0 } + usize::from(v >= 9);
             for cut in 0..raw.len() - unread {
-                assert!(decode_metadata_topics(v, &raw[..cut]).is_err(), "v{v} cut at {cut} of {}", raw.len());
+                assert!(
+                    decode_metadata_topics(v, &raw[..cut]).is_err(),
+                    "v{v} cut at {cut} of {}",
+                    raw.len()
+                );
             }
         }
     }
 
     #[test]
     fn describe_configs_entries_are_read_in_every_version() {
-        let response = DescribeConfigsResponse::default().with_results(vec![DescribeConfigsResult::default()
-            .with_resource_type(RESOURCE_BROKER)
-            .with_resource_name(StrBytes::from_static_str("1"))
-            .with_configs(vec![DescribeConfigsResourceResult::default()
-                .with_name(StrBytes::from_static_str("log.segment.bytes"))
-                .with_value(Some(StrBytes::from_static_str("2097152")))
-                .with_config_source(4)])]);
+        let response =
+            DescribeConfigsResponse::default().with_results(vec![DescribeConfigsResult::default()
+                .with_resource_type(RESOURCE_BROKER)
+                .with_resource_name(StrBytes::from_static_str("1"))
+                .with_configs(vec![DescribeConfigsResourceResult::default()
+                    .with_name(StrBytes::from_static_str("log.segment.bytes"))
+                    .with_value(Some(StrBytes::from_static_str("2097152")))
+                    .with_config_source(4)])]);
         for v in 1..=4 {
             let raw = enc(&response, v);
             let decoded = decode_describe_configs(v, &raw).unwrap();
