@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Context as _, Result};
 use kshim::config::Config;
+use kshim::features::kafka::{metadata_version_level, METADATA_VERSION};
 use kshim::policy::properties;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,9 +31,9 @@ struct CheckArgs {
     /// A broker properties file (server.properties) to check.
     #[arg(long)]
     file: Option<PathBuf>,
-    /// NAME=LEVEL: the finalized level a feature will have (repeatable). Features
-    /// not named are at level 0, where no validator is in force unless one is
-    /// registered at 0.
+    /// NAME=LEVEL: the finalized level a feature will have (repeatable);
+    /// metadata.version also takes a release such as 4.1-IV0. Features not named
+    /// are at level 0, where no validator is in force unless one is registered at 0.
     #[arg(long = "feature", value_name = "NAME=LEVEL")]
     features: Vec<String>,
 }
@@ -70,15 +71,16 @@ fn check(args: CheckArgs) -> Result<u8> {
         let Some((name, level)) = f.split_once('=') else {
             bail!("--feature {f}: expected NAME=LEVEL");
         };
-        let level: i16 = level
-            .trim()
-            .parse()
-            .ok()
-            .filter(|l: &i16| *l >= 0)
-            .with_context(|| {
-                format!("--feature {f}: the level must be an integer from 0 to 32767")
-            })?;
-        levels.insert(name.trim().to_owned(), level);
+        let (name, level) = (name.trim(), level.trim());
+        let level: i16 = match level.parse::<i16>() {
+            Ok(l) if l >= 0 => l,
+            // metadata.version may be named by release, as kafka-storage takes it.
+            _ if name == METADATA_VERSION => metadata_version_level(level).with_context(|| {
+                format!("--feature {f}: not a level or a metadata.version such as 4.1-IV0")
+            })?,
+            _ => bail!("--feature {f}: the level must be an integer from 0 to 32767"),
+        };
+        levels.insert(name.to_owned(), level);
     }
     let validators = &config.policies.validators;
     if let Some(path) = &args.config {
