@@ -172,7 +172,11 @@ async fn timed(
             ),
         ),
         Kind::Alter => {
-            let value = if n.is_multiple_of(2) { "86400000" } else { "90000000" };
+            let value = if n.is_multiple_of(2) {
+                "86400000"
+            } else {
+                "90000000"
+            };
             (
                 ApiKey::IncrementalAlterConfigs,
                 1,

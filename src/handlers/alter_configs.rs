@@ -5,18 +5,15 @@
 //! POLICY_VIOLATION or INVALID_CONFIG and never reaches the upstream; the others go
 //! on in one request, ValidateOnly included.
 
-use super::checked::{self, check_changes, levels, resource, Change};
+use super::checked::{self, check_changes, levels, Change};
 use super::{decode_request, Action, Context, HandlerError};
 use crate::policy::ConfigResource;
 use crate::protocol::config_requests::{alter_configs, ALTER_CONFIGS_VERSIONS};
 use crate::protocol::error_codes;
 use crate::protocol::response::encode_body;
-use crate::protocol::results::{ResultKey, Slot};
 use bytes::Bytes;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
-use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::ApiKey;
-use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
 
 const API: ApiKey = ApiKey::AlterConfigs;
@@ -27,26 +24,13 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
     let policies = ctx.policies.load();
     let snapshot = ctx.controller.snapshot();
     let level_of = levels(&snapshot.finalized);
-    let mut slots = Vec::with_capacity(body.resources.len());
-    let mut accepted = Vec::with_capacity(body.resources.len());
-    for res in &body.resources {
-        let refusal = resource(res.resource_type, res.resource_name.as_str())
-            .and_then(|target| check(&policies, &level_of, &target, res).err());
-        accepted.push(refusal.is_none());
-        slots.push(match refusal {
-            None => Slot::Theirs(ResultKey::Resource {
-                resource_type: res.resource_type,
-                name: res.resource_name.as_str().to_owned(),
-            }),
-            Some((code, message)) => {
-                tracing::debug!(
-                    resource = res.resource_name.as_str(),
-                    "AlterConfigs: refused: {message}"
-                );
-                Slot::Ours(refused_entry(res, code, message, version)?)
-            }
-        });
-    }
+    let (slots, accepted) = checked::judge_resources(
+        API,
+        version,
+        &body.resources,
+        |r| (r.resource_type, &r.resource_name),
+        |target, r| check(&policies, &level_of, target, r),
+    )?;
     checked::settle(API, request, slots, move || {
         let mut keep = accepted.into_iter();
         body.resources.retain(|_| keep.next().unwrap_or(false));
@@ -87,18 +71,4 @@ fn check(
         target,
         set.iter().map(|(k, v)| Change::Set(k, v)),
     )
-}
-
-fn refused_entry(
-    res: &AlterConfigsResource,
-    code: i16,
-    message: String,
-    version: i16,
-) -> Result<Vec<u8>, HandlerError> {
-    let entry = AlterConfigsResourceResponse::default()
-        .with_error_code(code)
-        .with_error_message(Some(StrBytes::from_string(message)))
-        .with_resource_type(res.resource_type)
-        .with_resource_name(res.resource_name.clone());
-    Ok(encode_body(API, version, &entry)?.to_vec())
 }

@@ -11,12 +11,14 @@ use super::{Action, HandlerError};
 use crate::features::FinalizedFeatures;
 use crate::policy::{ConfigResource, Policies};
 use crate::protocol::error_codes;
-use crate::protocol::response::{frame_with_body, EncodeError};
-use crate::protocol::results::{self, Slot};
+use crate::protocol::response::{encode_body, frame_with_body, EncodeError};
+use crate::protocol::results::{self, ResultKey, Slot};
 use crate::protocol::{CodecError, RequestFrame};
 use crate::upstream::configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::StrBytes;
 
 /// Turns the verdicts on a request's items into what the connection does.
 /// `narrowed` encodes the request body with only the forwarded items.
@@ -144,6 +146,50 @@ pub(super) fn check_changes<'a>(
         }
     }
     Ok(())
+}
+
+/// Judges each resource of an AlterConfigs or IncrementalAlterConfigs request with
+/// `check` (resources of types kshim does not check are forwarded). Returns the
+/// slots of the merged answer and which resources go on to the upstream.
+pub(super) fn judge_resources<R>(
+    api: ApiKey,
+    version: i16,
+    resources: &[R],
+    id: impl Fn(&R) -> (i8, &StrBytes),
+    check: impl Fn(&ConfigResource, &R) -> Result<(), Refusal>,
+) -> Result<(Vec<Slot>, Vec<bool>), HandlerError> {
+    let mut slots = Vec::with_capacity(resources.len());
+    let mut accepted = Vec::with_capacity(resources.len());
+    for r in resources {
+        let (resource_type, name) = id(r);
+        let refusal =
+            resource(resource_type, name.as_str()).and_then(|target| check(&target, r).err());
+        accepted.push(refusal.is_none());
+        slots.push(match refusal {
+            None => Slot::Theirs(ResultKey::Resource {
+                resource_type,
+                name: name.as_str().to_owned(),
+            }),
+            Some((code, message)) => {
+                tracing::debug!(resource = name.as_str(), "{api:?}: refused: {message}");
+                // AlterConfigs and IncrementalAlterConfigs share the result layout:
+                // classic in AlterConfigs v0-v1 and IncrementalAlterConfigs v0,
+                // flexible in AlterConfigs v2 and IncrementalAlterConfigs v1.
+                let layout = match (api, version) {
+                    (ApiKey::IncrementalAlterConfigs, v) if v >= 1 => 2,
+                    (ApiKey::IncrementalAlterConfigs, _) => 0,
+                    (_, v) => v,
+                };
+                let entry = AlterConfigsResourceResponse::default()
+                    .with_error_code(code)
+                    .with_error_message(Some(StrBytes::from_string(message)))
+                    .with_resource_type(resource_type)
+                    .with_resource_name(name.clone());
+                Slot::Ours(encode_body(api, layout, &entry)?.to_vec())
+            }
+        });
+    }
+    Ok((slots, accepted))
 }
 
 /// Whether requests of this kind need decoding at all under `policies`.
