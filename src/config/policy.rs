@@ -295,6 +295,14 @@ mod tests {
     }
 
     #[test]
+    fn the_docker_example_config_parses() {
+        let text = include_str!("../../docker/kshim.toml");
+        let c = Config::from_toml(text).unwrap();
+        assert!(!c.policies.create_topic.is_permissive());
+        assert_eq!(c.policies.validators.keys_of("metadata.version"), ["log.segment.bytes"]);
+    }
+
+    #[test]
     fn a_full_policy_parses() {
         let c = Config::from_toml(
             r#"
