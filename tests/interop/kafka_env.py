@@ -475,7 +475,12 @@ def run_feature_command(
 
 
 def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka's Uuid.randomUuid makes them: never starting with "-",
+    which kafka-storage's argument parser would read as an option (1 id in 64 otherwise)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass
