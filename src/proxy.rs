@@ -9,8 +9,11 @@ use crate::features::{Mirror, Ownership, Supporter};
 use crate::handlers::api_versions::{proxy_apis, Discovery};
 use crate::handlers::{Authorizer, Context, NodeAddress};
 use crate::policy::PolicyCell;
+use crate::server::tls::TlsCell;
 use crate::server::{self, Limits};
-use crate::standalone::{advertised_address, bind_listener, limits, open_controller, StartError};
+use crate::standalone::{
+    advertised_address, bind_listener, limits, open_controller, tls_cell, StartError,
+};
 use crate::upstream::cluster::Discoverer;
 use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
 use std::net::SocketAddr;
@@ -26,6 +29,8 @@ pub struct Proxy {
     pub local_addr: SocketAddr,
     pub context: Arc<Context>,
     pub limits: Limits,
+    /// TLS material of every client-facing listener, when `[tls]` is set.
+    pub tls: Option<Arc<TlsCell>>,
     upstream: Arc<Upstream>,
     discoverer: Discoverer,
     refresh_interval: Duration,
@@ -89,6 +94,7 @@ impl Proxy {
             local_addr,
             context,
             limits,
+            tls: tls_cell(config)?,
             upstream,
             discoverer,
             refresh_interval: Duration::from_millis(upstream_config.refresh_interval_ms),
@@ -109,6 +115,7 @@ impl Proxy {
             refresh_interval,
             mut bound,
             mut refresh_requests,
+            tls,
             ..
         } = self;
         let permits = Arc::new(Semaphore::new(limits.max_connections));
@@ -119,6 +126,7 @@ impl Proxy {
             Arc::clone(&context),
             limits.clone(),
             Arc::clone(&permits),
+            tls.clone(),
             shutdown.clone(),
         ));
         let mut stop = shutdown.clone();
@@ -136,6 +144,7 @@ impl Proxy {
                             Arc::clone(&context),
                             limits.clone(),
                             Arc::clone(&permits),
+                            tls.clone(),
                             shutdown.clone(),
                         ));
                     }

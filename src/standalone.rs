@@ -9,6 +9,7 @@ use crate::handlers::api_versions::{Discovery, STANDALONE_APIS};
 use crate::handlers::{Authorizer, Context, NodeAddress};
 use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
+use crate::server::tls::TlsCell;
 use crate::server::{self, Limits};
 use crate::store::{FileStore, StoreError};
 use std::net::SocketAddr;
@@ -24,6 +25,8 @@ pub enum StartError {
     Controller(#[from] ControllerError),
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    #[error(transparent)]
+    Tls(#[from] crate::server::tls::TlsError),
     #[error("listening on {addr}: {source}")]
     Bind {
         addr: String,
@@ -39,6 +42,8 @@ pub struct Standalone {
     pub local_addr: SocketAddr,
     pub context: Arc<Context>,
     pub limits: Limits,
+    /// The listener's TLS material, when `[tls]` is set.
+    pub tls: Option<Arc<TlsCell>>,
 }
 
 impl Standalone {
@@ -69,6 +74,7 @@ impl Standalone {
             local_addr,
             context,
             limits,
+            tls: tls_cell(config)?,
         })
     }
 
@@ -81,10 +87,19 @@ impl Standalone {
             self.context,
             self.limits,
             permits,
+            self.tls,
             shutdown,
         )
         .await;
     }
+}
+
+/// The TLS material of `[tls]`, built and checked before anything listens.
+pub(crate) fn tls_cell(config: &Config) -> Result<Option<Arc<TlsCell>>, StartError> {
+    Ok(match &config.tls {
+        Some(settings) => Some(Arc::new(TlsCell::new(settings)?)),
+        None => None,
+    })
 }
 
 /// Opens the store and the controller on it; both modes start here.

@@ -84,6 +84,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         node.host,
         node.port
     );
+    log_tls(&config);
     println!("kshim listening on {}", server.local_addr);
     server.serve(stop_on_signal()).await;
     Ok(())
@@ -114,9 +115,21 @@ async fn run_proxy(config: &Config, upstream: &UpstreamConfig) -> Result<()> {
         upstream.bootstrap.join(","),
         proxy.local_addr
     );
+    log_tls(config);
     println!("kshim listening on {}", proxy.local_addr);
     proxy.serve(stop_on_signal()).await;
     Ok(())
+}
+
+fn log_tls(config: &Config) {
+    match &config.tls {
+        Some(t) => tracing::info!(
+            certificate = %t.certificate.display(),
+            client_auth = ?t.client_auth,
+            "TLS on every client-facing listener"
+        ),
+        None => tracing::info!("client-facing listeners are plaintext ([tls] is not set)"),
+    }
 }
 
 async fn wait_for_signal() {

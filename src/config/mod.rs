@@ -5,6 +5,7 @@
 //! Owns no runtime state.
 
 mod policy;
+mod tls;
 
 use crate::features::{kafka, Dependencies, Requirement, SupportedFeatures, SupportedRange};
 use std::collections::{BTreeMap, HashSet};
@@ -35,6 +36,8 @@ pub struct Config {
     pub upstream: Option<UpstreamConfig>,
     /// `[policy]`: the create-topic policy and the config validators.
     pub policies: crate::policy::Policies,
+    /// `[tls]`: TLS on every client-facing listener; `None`: plaintext.
+    pub tls: Option<crate::server::tls::TlsSettings>,
 }
 
 /// `[upstream]`: the cluster kshim stands in front of.
@@ -93,6 +96,7 @@ impl Default for Config {
             kshim_owned: Vec::new(),
             upstream: None,
             policies: crate::policy::Policies::default(),
+            tls: None,
         }
     }
 }
@@ -283,7 +287,12 @@ impl Config {
             let authorization = top.table("authorization");
             let upstream = top.table("upstream");
             let policy = top.table("policy");
+            let tls_table = top.table("tls");
             top.finish();
+
+            if let Some(t) = tls_table {
+                c.tls = tls::parse_tls(t, &mut errors);
+            }
 
             if let Some(t) = policy {
                 c.policies = policy::parse_policy(t, &mut errors);

@@ -299,7 +299,10 @@ mod tests {
         let text = include_str!("../../docker/kshim.toml");
         let c = Config::from_toml(text).unwrap();
         assert!(!c.policies.create_topic.is_permissive());
-        assert_eq!(c.policies.validators.keys_of("metadata.version"), ["log.segment.bytes"]);
+        assert_eq!(
+            c.policies.validators.keys_of("metadata.version"),
+            ["log.segment.bytes"]
+        );
     }
 
     #[test]

@@ -20,8 +20,7 @@ use futures::stream::FuturesOrdered;
 use futures::StreamExt;
 use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::watch;
 use tokio_util::codec::FramedRead;
 
@@ -34,16 +33,21 @@ enum Reply {
     Close(String),
 }
 
-pub(super) async fn run(
-    stream: TcpStream,
+/// Serves one connection over its two halves: a TCP stream's own halves, or
+/// those of a TLS stream.
+pub(super) async fn run<R, W>(
+    read_half: R,
+    write_half: W,
     peer: Peer,
     ctx: Arc<Context>,
     limits: &Limits,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let addr = peer.addr;
     let peer = Arc::new(peer);
-    let (read_half, write_half) = stream.into_split();
     let mut frames = FramedRead::new(read_half, FrameCodec::new(limits.max_frame_bytes));
     let mut out = BufWriter::new(write_half);
     let mut in_flight: FuturesOrdered<BoxFuture<'static, Reply>> = FuturesOrdered::new();

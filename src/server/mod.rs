@@ -3,6 +3,7 @@
 //! every frame goes to `handlers::dispatch`.
 
 mod connection;
+pub mod tls;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
 use crate::upstream::Route;
@@ -11,6 +12,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_util::task::TaskTracker;
+
+/// How long a client has to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Limits that protect kshim from its peers.
 #[derive(Debug, Clone)]
@@ -50,13 +54,16 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// Accepts connections until `shutdown` turns true, then lets open connections
 /// finish the requests they have read (up to the grace period) and returns.
 /// `route` says which upstream broker, if any, the listener stands for.
-/// `permits` caps connections across every listener that shares it.
+/// `permits` caps connections across every listener that shares it. With `tls`,
+/// every connection starts with a handshake using the material in force at that
+/// moment.
 pub async fn serve(
     listener: TcpListener,
     route: Route,
     ctx: Arc<Context>,
     limits: Limits,
     permits: Arc<Semaphore>,
+    tls: Option<Arc<tls::TlsCell>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let tracker = TaskTracker::new();
@@ -82,8 +89,26 @@ pub async fn serve(
                 let limits = limits.clone();
                 let shutdown = shutdown.clone();
                 let peer = Peer { addr, principal: ANONYMOUS.to_owned(), route };
+                let tls = tls.as_ref().map(|cell| cell.current());
                 tracker.spawn(async move {
-                    connection::run(stream, peer, ctx, &limits, shutdown).await;
+                    match tls {
+                        None => {
+                            let (r, w) = stream.into_split();
+                            connection::run(r, w, peer, ctx, &limits, shutdown).await;
+                        }
+                        Some(config) => {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                Ok(Ok(stream)) => {
+                                    let (r, w) = tokio::io::split(stream);
+                                    connection::run(r, w, peer, ctx, &limits, shutdown).await;
+                                }
+                                // The client's doing: logged at debug.
+                                Ok(Err(e)) => tracing::debug!(peer = %addr, "TLS handshake failed: {e}"),
+                                Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
+                            }
+                        }
+                    }
                     drop(permit);
                 });
             }
