@@ -13,7 +13,13 @@ pub(super) fn parse_tls(t: &toml::Table, errors: &mut Vec<String>) -> Option<Tls
     let ca = w.string("ca");
     let protocols = list(&mut w, "protocols");
     let cipher_suites = list(&mut w, "cipher_suites");
+    let principal_mapping_rules = w.string("principal_mapping_rules");
     w.finish();
+    if let Some(rules) = &principal_mapping_rules {
+        if let Err(e) = crate::server::principal::PrincipalRules::parse(rules) {
+            errors.push(format!("tls.principal_mapping_rules: {e}"));
+        }
+    }
     for (name, given) in [
         ("certificate", certificate.is_some()),
         ("key", key.is_some()),
@@ -60,6 +66,7 @@ pub(super) fn parse_tls(t: &toml::Table, errors: &mut Vec<String>) -> Option<Tls
         ca: ca.map(PathBuf::from),
         protocols,
         cipher_suites,
+        principal_mapping_rules,
     })
 }
 

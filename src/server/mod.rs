@@ -3,6 +3,7 @@
 //! every frame goes to `handlers::dispatch`.
 
 mod connection;
+pub mod principal;
 pub mod tls;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
@@ -88,7 +89,7 @@ pub async fn serve(
                 let ctx = Arc::clone(&ctx);
                 let limits = limits.clone();
                 let shutdown = shutdown.clone();
-                let peer = Peer { addr, principal: ANONYMOUS.to_owned(), route };
+                let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route };
                 let tls = tls.as_ref().map(|cell| cell.current());
                 tracker.spawn(async move {
                     match tls {
@@ -96,10 +97,22 @@ pub async fn serve(
                             let (r, w) = stream.into_split();
                             connection::run(r, w, peer, ctx, &limits, shutdown).await;
                         }
-                        Some(config) => {
-                            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                        Some(material) => {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&material.config));
                             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                                 Ok(Ok(stream)) => {
+                                    let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+                                    if let Some(leaf) = leaf {
+                                        match material.principal(leaf) {
+                                            Ok(p) => peer.principal = p,
+                                            Err(e) => {
+                                                tracing::info!(peer = %addr, "connection refused: {e}");
+                                                drop(permit);
+                                                return;
+                                            }
+                                        }
+                                    }
+                                    tracing::debug!(peer = %addr, principal = %peer.principal, "TLS connection");
                                     let (r, w) = tokio::io::split(stream);
                                     connection::run(r, w, peer, ctx, &limits, shutdown).await;
                                 }

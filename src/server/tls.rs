@@ -5,6 +5,7 @@
 //! that starts after the swap uses it, connections already established keep what
 //! they were accepted with, and material that fails to build changes nothing.
 
+use super::principal::{subject_rfc2253, PrincipalRules};
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -38,6 +39,8 @@ pub struct TlsSettings {
     pub protocols: Vec<String>,
     /// rustls suite names such as "TLS13_AES_128_GCM_SHA256"; empty: rustls's defaults.
     pub cipher_suites: Vec<String>,
+    /// Kafka's `ssl.principal.mapping.rules` syntax; `None`: DEFAULT.
+    pub principal_mapping_rules: Option<String>,
 }
 
 /// Why TLS material was refused. Always a problem of the configuration.
@@ -187,36 +190,61 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsErr
     Ok(Arc::new(config))
 }
 
-/// The TLS material the listeners use now.
+/// What one handshake uses: the rustls config, and how a client certificate
+/// becomes a principal.
 #[derive(Debug)]
-pub struct TlsCell {
-    config: ArcSwap<ServerConfig>,
-    settings: ArcSwap<TlsSettings>,
+pub struct TlsMaterial {
+    pub config: Arc<ServerConfig>,
+    pub principals: PrincipalRules,
+    pub settings: TlsSettings,
 }
 
-impl TlsCell {
-    pub fn new(settings: &TlsSettings) -> Result<TlsCell, TlsError> {
-        Ok(TlsCell {
-            config: ArcSwap::new(server_config(settings)?),
-            settings: ArcSwap::from_pointee(settings.clone()),
+impl TlsMaterial {
+    pub fn build(settings: &TlsSettings) -> Result<TlsMaterial, TlsError> {
+        let principals = match &settings.principal_mapping_rules {
+            Some(text) => PrincipalRules::parse(text)
+                .map_err(|e| TlsError::Invalid(format!("principal_mapping_rules: {e}")))?,
+            None => PrincipalRules::default(),
+        };
+        Ok(TlsMaterial {
+            config: server_config(settings)?,
+            principals,
+            settings: settings.clone(),
         })
     }
 
-    /// What the next handshake uses.
-    pub fn current(&self) -> Arc<ServerConfig> {
-        self.config.load_full()
+    /// The principal of a connection whose client showed `leaf` (DER), or why
+    /// it has none.
+    pub fn principal(&self, leaf: &[u8]) -> Result<String, String> {
+        let dn = subject_rfc2253(leaf)?;
+        self.principals
+            .apply(&dn)
+            .map(|name| format!("User:{name}"))
+            .ok_or_else(|| format!("no principal mapping rule applies to {dn}"))
+    }
+}
+
+/// The TLS material the listeners use now.
+#[derive(Debug)]
+pub struct TlsCell(ArcSwap<TlsMaterial>);
+
+impl TlsCell {
+    pub fn new(settings: &TlsSettings) -> Result<TlsCell, TlsError> {
+        Ok(TlsCell(ArcSwap::from_pointee(TlsMaterial::build(
+            settings,
+        )?)))
     }
 
-    pub fn settings(&self) -> Arc<TlsSettings> {
-        self.settings.load_full()
+    /// What the next handshake uses.
+    pub fn current(&self) -> Arc<TlsMaterial> {
+        self.0.load_full()
     }
 
     /// Builds `settings` aside and, when they are good, puts them in force for
     /// every handshake from now on. On error nothing changes.
     pub fn reload(&self, settings: &TlsSettings) -> Result<(), TlsError> {
-        let config = server_config(settings)?;
-        self.config.store(config);
-        self.settings.store(Arc::new(settings.clone()));
+        let material = TlsMaterial::build(settings)?;
+        self.0.store(Arc::new(material));
         Ok(())
     }
 }
@@ -264,6 +292,7 @@ mod tests {
             ca: None,
             protocols: Vec::new(),
             cipher_suites: Vec::new(),
+            principal_mapping_rules: None,
         }
     }
 
@@ -274,7 +303,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let acceptor = tokio_rustls::TlsAcceptor::from(cell.current());
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&cell.current().config));
                 tokio::spawn(async move {
                     if let Ok(mut s) = acceptor.accept(stream).await {
                         let mut buf = [0u8; 64];
@@ -368,7 +397,7 @@ mod tests {
         );
         let (_, leaf) = connect(&addr, &issuer).await;
         assert_eq!(leaf, der_of(&cert_b));
-        assert_eq!(cell.settings().certificate, cert_b);
+        assert_eq!(cell.current().settings.certificate, cert_b);
     }
 
     #[test]
