@@ -15,6 +15,7 @@ pub mod handlers;
 pub mod policy;
 pub mod protocol;
 pub mod proxy;
+pub mod reload;
 pub mod server;
 pub mod standalone;
 pub mod store;

@@ -65,9 +65,10 @@ fn load_config(args: &ServeArgs) -> Result<Config> {
 pub async fn run(args: ServeArgs) -> Result<()> {
     let config = load_config(&args)?;
     if let Some(upstream) = config.upstream.clone() {
-        return run_proxy(&config, &upstream).await;
+        return run_proxy(&args, &config, &upstream).await;
     }
     let server = Standalone::bind(&config).await?;
+    reload_on_hangup(&args, &config, &server.context.policies, server.tls.clone());
     if config.alter_cluster.is_none() {
         tracing::warn!(
             "authorization.alter_cluster is not set: every client may finalize features, as in Kafka without an authorizer"
@@ -101,8 +102,9 @@ fn stop_on_signal() -> watch::Receiver<bool> {
     stop_rx
 }
 
-async fn run_proxy(config: &Config, upstream: &UpstreamConfig) -> Result<()> {
+async fn run_proxy(args: &ServeArgs, config: &Config, upstream: &UpstreamConfig) -> Result<()> {
     let proxy = Proxy::bind(config, upstream).await?;
+    reload_on_hangup(args, config, &proxy.context.policies, proxy.tls.clone());
     if config.alter_cluster.is_none() {
         tracing::warn!(
             "authorization.alter_cluster is not set: every client may finalize kshim-owned features"
@@ -119,6 +121,66 @@ async fn run_proxy(config: &Config, upstream: &UpstreamConfig) -> Result<()> {
     println!("kshim listening on {}", proxy.local_addr);
     proxy.serve(stop_on_signal()).await;
     Ok(())
+}
+
+/// On SIGHUP, reads the config file again (with the same command-line
+/// overrides) and puts its TLS material and policies in force, all or nothing.
+fn reload_on_hangup(
+    args: &ServeArgs,
+    config: &Config,
+    policies: &std::sync::Arc<kshim::policy::PolicyCell>,
+    tls: Option<std::sync::Arc<kshim::server::tls::TlsCell>>,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Some(path) = args.config.clone() else {
+        return;
+    };
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!(
+            "SIGHUP cannot be watched; reloading {} is not available",
+            path.display()
+        );
+        return;
+    };
+    let args = ServeArgs {
+        config: Some(path.clone()),
+        listen: args.listen.clone(),
+        advertised_listener: args.advertised_listener.clone(),
+        data_dir: args.data_dir.clone(),
+        upstream: args.upstream.clone(),
+    };
+    let mut reloadable = kshim::reload::Reloadable {
+        policies: std::sync::Arc::clone(policies),
+        tls,
+        running: config.clone(),
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let next = match load_config(&args) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(
+                        "SIGHUP: {} not reloaded, nothing changed: {e:#}",
+                        path.display()
+                    );
+                    continue;
+                }
+            };
+            match reloadable.apply(next) {
+                Ok(outcome) => {
+                    tracing::info!(applied = ?outcome.applied, "SIGHUP: {} reloaded", path.display());
+                    if !outcome.need_restart.is_empty() {
+                        tracing::warn!(keys = ?outcome.need_restart, "SIGHUP: these changes need a restart and were not applied");
+                    }
+                }
+                Err(errors) => tracing::error!(
+                    "SIGHUP: {} not reloaded, nothing changed: {}",
+                    path.display(),
+                    errors.join("; ")
+                ),
+            }
+        }
+    });
 }
 
 fn log_tls(config: &Config) {

@@ -243,9 +243,13 @@ impl TlsCell {
     /// Builds `settings` aside and, when they are good, puts them in force for
     /// every handshake from now on. On error nothing changes.
     pub fn reload(&self, settings: &TlsSettings) -> Result<(), TlsError> {
-        let material = TlsMaterial::build(settings)?;
-        self.0.store(Arc::new(material));
+        self.install(TlsMaterial::build(settings)?);
         Ok(())
+    }
+
+    /// Puts material that was built (and so checked) in force.
+    pub fn install(&self, material: TlsMaterial) {
+        self.0.store(Arc::new(material));
     }
 }
 

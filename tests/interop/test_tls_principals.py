@@ -7,13 +7,24 @@ by `principal_mapping_rules` (the syntax of Kafka's ssl.principal.mapping.rules)
 then bob's certificate, sends UpdateFeatures: alice's is applied, bob's is refused with
 CLUSTER_AUTHORIZATION_FAILED and logged with his principal and address; a client without a
 certificate gets no connection at all. Certificates are made with openssl here.
+
+On SIGHUP kshim reads its config file again: a new certificate is used by new handshakes
+(checked with `openssl s_client`) while a connection made before keeps working, and broken
+material (a key that does not fit the certificate) is refused with the current certificate
+still served.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import ssl
+import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +76,7 @@ def certs(tmp_path_factory) -> Path:
     (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
     (d / "client.ext").write_text("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
     for name, subject, ext in [("server", "/CN=localhost", "server.ext"),
+                               ("server2", "/CN=localhost", "server.ext"),
                                ("alice", "/C=DE/O=Acme/CN=alice", "client.ext"),
                                ("bob", "/C=DE/O=Acme/CN=bob", "client.ext")]:
         openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
@@ -134,3 +146,84 @@ def test_a_client_without_a_certificate_gets_no_connection(kshim, certs):
     assert anonymous.get("finalized", {}).get(FEATURE) in (None, 2), anonymous
     alice = update(kshim, certs, "alice", 2)
     assert alice["finalized"][FEATURE] == 2, "kshim still serves authenticated clients"
+
+
+def fingerprint_of(pem: Path) -> str:
+    r = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", str(pem)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split("=", 1)[1]
+
+
+def served_fingerprint(kshim, certs: Path) -> str:
+    r = subprocess.run(["openssl", "s_client", "-connect", kshim.bootstrap, "-CAfile", str(certs / "ca.pem"),
+                        "-cert", str(certs / "alice.pem"), "-key", str(certs / "alice.key")],
+                       input="", capture_output=True, text=True, timeout=30)
+    assert "Verify return code: 0" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    x = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256"], input=r.stdout,
+                       capture_output=True, text=True, timeout=30)
+    return x.stdout.strip().split("=", 1)[1]
+
+
+def api_versions_over(sock: ssl.SSLSocket, correlation_id: int) -> int:
+    """Sends ApiVersions v0 on an open TLS socket; returns the response's error code."""
+    client = b"tls-test"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client)) + client
+    sock.sendall(struct.pack(">i", len(body)) + body)
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "connection closed"
+            data += chunk
+        return data
+
+    size = struct.unpack(">i", exactly(4))[0]
+    data = exactly(size)
+    assert struct.unpack(">i", data[:4])[0] == correlation_id
+    return struct.unpack(">h", data[4:6])[0]
+
+
+RELOADED = " reloaded applied="
+REFUSED = "not reloaded, nothing changed"
+
+
+def hang_up_and_wait(kshim, marker: str, count: int, timeout: float = 15.0) -> None:
+    os.kill(kshim.pid, signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if kshim.log_text().count(marker) >= count:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"kshim did not log {marker!r} after SIGHUP:\n{kshim.log_text()[-3000:]}", pytrace=False)
+
+
+def test_sighup_rotates_the_certificate_for_new_handshakes_only(kshim, certs):
+    first, second = fingerprint_of(certs / "server.pem"), fingerprint_of(certs / "server2.pem")
+    assert first != second
+    assert served_fingerprint(kshim, certs) == first
+
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    context.load_cert_chain(str(certs / "alice.pem"), str(certs / "alice.key"))
+    host, port = kshim.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as old:
+            assert api_versions_over(old, 1) == 0
+            original = kshim.config_path.read_text()
+            try:
+                kshim.config_path.write_text(original.replace("server.pem", "server2.pem").replace("server.key", "server2.key"))
+                hang_up_and_wait(kshim, RELOADED, 1)
+                assert served_fingerprint(kshim, certs) == second, "new handshakes use the new certificate"
+                assert api_versions_over(old, 2) == 0, "a connection made before the reload keeps working"
+                assert old.getpeercert(binary_form=True) is not None
+
+                # A key that does not fit: refused, and the current certificate stays.
+                kshim.config_path.write_text(original.replace("server.pem", "server2.pem"))
+                hang_up_and_wait(kshim, REFUSED, 1)
+                assert "does not fit" in kshim.log_text()
+                assert served_fingerprint(kshim, certs) == second
+                assert api_versions_over(old, 3) == 0
+            finally:
+                kshim.config_path.write_text(original)
+                hang_up_and_wait(kshim, RELOADED, 2)
+    assert served_fingerprint(kshim, certs) == first
