@@ -355,6 +355,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
     config.data_dir = dir.path().to_owned();
     let kshim = Standalone::bind(&config).await.map_err(|e| e.to_string())?;
     let ctx = kshim.context;
+    let policies = ctx.policies.load();
     let defaults = Default::default();
     println!("\n## In process: the handler alone (decode, check, build the answer or the narrowed request)\n");
     println!("| request | items | median per request | per item |");
@@ -381,7 +382,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
         let mut ok = true;
         let took = median_of(runs, || {
             ok &= !matches!(
-                create_topics::handle(&ctx, frame.clone(), defaults),
+                create_topics::handle(&ctx, &policies, frame.clone(), defaults),
                 Ok(Action::Close(_)) | Err(_)
             );
         });
@@ -406,7 +407,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
         let frame = request_frame(ApiKey::IncrementalAlterConfigs, 1, &encode(&request, 1));
         let took = median_of(runs, || {
             ok &= !matches!(
-                incremental_alter_configs::handle(&ctx, frame.clone()),
+                incremental_alter_configs::handle(&ctx, &policies, frame.clone()),
                 Ok(Action::Close(_)) | Err(_)
             );
         });
@@ -427,7 +428,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
             &encode(&create_request(vec![topic("t", 1)], false), 7),
         );
         let create = median_of(20_000, || {
-            let _ = create_topics::handle(&ctx, frame.clone(), defaults);
+            let _ = create_topics::handle(&ctx, &policies, frame.clone(), defaults);
         });
         let frame = request_frame(
             ApiKey::IncrementalAlterConfigs,
@@ -435,7 +436,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
             &encode(&alter_request(&["t".into()], "86400000"), 1),
         );
         let alter = median_of(20_000, || {
-            let _ = incremental_alter_configs::handle(&ctx, frame.clone());
+            let _ = incremental_alter_configs::handle(&ctx, &policies, frame.clone());
         });
         println!("\n## The check next to the broker's own work (baseline p50)\n");
         println!("| request | check | broker p50 | check / broker |");

@@ -192,6 +192,7 @@ fn policies() -> Policies {
             },
         }])
         .unwrap(),
+        exempt_principals: Vec::new(),
     }
 }
 
@@ -285,7 +286,35 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
             .iter()
             .all(|n| n[1..].parse::<usize>().unwrap() % 2 == 0));
     }
+    // An exempt principal is not checked.
+    kshim.policies.replace(Policies {
+        exempt_principals: vec!["User:ANONYMOUS".into()],
+        ..policies()
+    });
+    received.lock().unwrap().topics.clear();
+    let raw = client
+        .request(ApiKey::CreateTopics, 7, &encode(&request, 7))
+        .await
+        .unwrap();
+    let answer = CreateTopicsResponse::decode(&mut raw.clone(), 7).unwrap();
+    assert!(answer.topics.iter().all(|t| t.error_code == 0));
+    assert_eq!(received.lock().unwrap().topics.len(), N);
     // A policy change applies to the next request, on the same connection.
+    kshim.policies.replace(policies());
+    received.lock().unwrap().topics.clear();
+    let raw = client
+        .request(ApiKey::CreateTopics, 7, &encode(&request, 7))
+        .await
+        .unwrap();
+    let answer = CreateTopicsResponse::decode(&mut raw.clone(), 7).unwrap();
+    assert_eq!(
+        answer
+            .topics
+            .iter()
+            .filter(|t| t.error_code == POLICY_VIOLATION)
+            .count(),
+        N / 2
+    );
     kshim.policies.replace(Policies::default());
     received.lock().unwrap().topics.clear();
     let raw = client

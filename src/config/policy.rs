@@ -11,8 +11,17 @@ pub(super) fn parse_policy(t: &toml::Table, errors: &mut Vec<String>) -> Policie
     let mut w = walker("policy", t, errors);
     let create_topic = w.table("create_topic");
     let validators = w.get("validators");
+    let exempt = strings(&mut w, "exempt_principals");
     w.finish();
     let mut policies = Policies::default();
+    for p in &exempt {
+        if !p.contains(':') {
+            errors.push(format!(
+                "policy.exempt_principals: \"{p}\" is not TYPE:NAME (for example User:admin)"
+            ));
+        }
+    }
+    policies.exempt_principals = exempt;
     if let Some(t) = create_topic {
         policies.create_topic = Arc::new(parse_create_topic(t, errors));
     }

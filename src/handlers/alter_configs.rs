@@ -8,6 +8,7 @@
 use super::checked::{self, check_changes, levels, Change};
 use super::{decode_request, Action, Context, HandlerError};
 use crate::policy::ConfigResource;
+use crate::policy::Policies;
 use crate::protocol::config_requests::{alter_configs, ALTER_CONFIGS_VERSIONS};
 use crate::protocol::error_codes;
 use crate::protocol::response::encode_body;
@@ -18,10 +19,9 @@ use std::collections::BTreeMap;
 
 const API: ApiKey = ApiKey::AlterConfigs;
 
-pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
+pub fn handle(ctx: &Context, policies: &Policies, frame: Bytes) -> Result<Action, HandlerError> {
     let (request, mut body) = decode_request(API, ALTER_CONFIGS_VERSIONS.1, frame, alter_configs)?;
     let version = request.header.api_version;
-    let policies = ctx.policies.load();
     let snapshot = ctx.controller.snapshot();
     let level_of = levels(&snapshot.finalized);
     let (slots, accepted) = checked::judge_resources(
@@ -29,7 +29,7 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
         version,
         &body.resources,
         |r| (r.resource_type, &r.resource_name),
-        |target, r| check(&policies, &level_of, target, r),
+        |target, r| check(policies, &level_of, target, r),
     )?;
     checked::settle(API, request, slots, move || {
         let mut keep = accepted.into_iter();

@@ -5,6 +5,7 @@
 
 use super::checked::{self, levels};
 use super::{decode_request, Action, Context, HandlerError};
+use crate::policy::Policies;
 use crate::policy::TopicDetails;
 use crate::protocol::config_requests::{create_topics, CREATE_TOPICS_VERSIONS};
 use crate::protocol::error_codes;
@@ -22,12 +23,12 @@ const API: ApiKey = ApiKey::CreateTopics;
 
 pub fn handle(
     ctx: &Context,
+    policies: &Policies,
     frame: Bytes,
     defaults: TopicDefaults,
 ) -> Result<Action, HandlerError> {
     let (request, mut body) = decode_request(API, CREATE_TOPICS_VERSIONS.1, frame, create_topics)?;
     let version = request.header.api_version;
-    let policies = ctx.policies.load();
     let snapshot = ctx.controller.snapshot();
     let level_of = levels(&snapshot.finalized);
 
@@ -50,7 +51,7 @@ pub fn handle(
                 "Duplicate topic name.".to_owned(),
             ))
         } else {
-            check(&policies, &level_of, topic, defaults)
+            check(policies, &level_of, topic, defaults)
         };
         match refusal {
             None => {

@@ -7,6 +7,7 @@
 
 use super::checked::{self, check_changes, levels, Change};
 use super::{decode_request, Action, Context, HandlerError};
+use crate::policy::Policies;
 use crate::protocol::config_requests::{
     incremental_alter_configs, INCREMENTAL_ALTER_CONFIGS_VERSIONS,
 };
@@ -20,7 +21,7 @@ const SET: i8 = 0;
 const DELETE: i8 = 1;
 const APPEND: i8 = 2;
 
-pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
+pub fn handle(ctx: &Context, policies: &Policies, frame: Bytes) -> Result<Action, HandlerError> {
     let (request, mut body) = decode_request(
         API,
         INCREMENTAL_ALTER_CONFIGS_VERSIONS.1,
@@ -28,7 +29,6 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
         incremental_alter_configs,
     )?;
     let version = request.header.api_version;
-    let policies = ctx.policies.load();
     let snapshot = ctx.controller.snapshot();
     let level_of = levels(&snapshot.finalized);
     let (slots, accepted) = checked::judge_resources(
@@ -38,7 +38,7 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Action, HandlerError> {
         |r| (r.resource_type, &r.resource_name),
         |target, r| {
             check_changes(
-                &policies,
+                policies,
                 &level_of,
                 target,
                 r.configs.iter().filter_map(change),

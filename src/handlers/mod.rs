@@ -169,7 +169,7 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, frame: Bytes) -> Action {
         ApiKey::CreateTopics | ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs
             if ctx.upstream.is_some() =>
         {
-            checked_request(ctx, api, peek, frame)
+            checked_request(ctx, peer, api, peek, frame)
         }
         _ if ctx.upstream.is_some() => forward::plan(api, peek, frame),
         ApiKey::Metadata => metadata::handle(ctx, peer, frame).into(),
@@ -180,7 +180,13 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, frame: Bytes) -> Action {
 
 /// The requests kshim checks before forwarding; forwarded as they are when no
 /// policy could refuse them.
-fn checked_request(ctx: &Arc<Context>, api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
+fn checked_request(
+    ctx: &Arc<Context>,
+    peer: &Peer,
+    api: ApiKey,
+    peek: HeaderPeek,
+    frame: Bytes,
+) -> Action {
     if let Some((min, max)) = checked_versions(api) {
         if !(min..=max).contains(&peek.api_version) {
             return Action::Close(format!(
@@ -189,7 +195,8 @@ fn checked_request(ctx: &Arc<Context>, api: ApiKey, peek: HeaderPeek, frame: Byt
             ));
         }
     }
-    if !checked::anything_to_check(&ctx.policies.load()) {
+    let policies = ctx.policies.load();
+    if !checked::anything_to_check(&policies) || policies.exempts(&peer.principal) {
         return forward::plan(api, peek, frame);
     }
     let result = match api {
@@ -199,10 +206,10 @@ fn checked_request(ctx: &Arc<Context>, api: ApiKey, peek: HeaderPeek, frame: Byt
                 .as_ref()
                 .map(|u| u.view().topic_defaults)
                 .unwrap_or_default();
-            create_topics::handle(ctx, frame, defaults)
+            create_topics::handle(ctx, &policies, frame, defaults)
         }
-        ApiKey::AlterConfigs => alter_configs::handle(ctx, frame),
-        _ => incremental_alter_configs::handle(ctx, frame),
+        ApiKey::AlterConfigs => alter_configs::handle(ctx, &policies, frame),
+        _ => incremental_alter_configs::handle(ctx, &policies, frame),
     };
     match result {
         Ok(action) => action,

@@ -24,6 +24,9 @@ use std::sync::Arc;
 pub struct Policies {
     pub create_topic: Arc<dyn CreateTopicPolicy>,
     pub validators: ConfigValidators,
+    /// Principals whose CreateTopics and config changes are not checked (the
+    /// upgrade audit still runs for them).
+    pub exempt_principals: Vec<String>,
 }
 
 impl Default for Policies {
@@ -31,7 +34,14 @@ impl Default for Policies {
         Policies {
             create_topic: Arc::new(DeclaredTopicPolicy::permissive()),
             validators: ConfigValidators::default(),
+            exempt_principals: Vec::new(),
         }
+    }
+}
+
+impl Policies {
+    pub fn exempts(&self, principal: &str) -> bool {
+        self.exempt_principals.iter().any(|p| p == principal)
     }
 }
 
