@@ -47,6 +47,8 @@ impl Proxy {
         config: &Config,
         upstream_config: &UpstreamConfig,
     ) -> Result<Proxy, StartError> {
+        // TLS material is checked before anything is stored or any broker is asked.
+        let tls = tls_cell(config)?;
         let controller = open_controller(config, Ownership::new(config.kshim_owned.clone()))?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
@@ -94,7 +96,7 @@ impl Proxy {
             local_addr,
             context,
             limits,
-            tls: tls_cell(config)?,
+            tls,
             upstream,
             discoverer,
             refresh_interval: Duration::from_millis(upstream_config.refresh_interval_ms),

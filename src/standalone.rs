@@ -50,6 +50,7 @@ impl Standalone {
     /// Opens the store (refusing incompatible stored levels), binds the listener
     /// and builds the handler context.
     pub async fn bind(config: &Config) -> Result<Standalone, StartError> {
+        let tls = tls_cell(config)?;
         let controller = open_controller(config, Ownership::default())?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
@@ -74,7 +75,7 @@ impl Standalone {
             local_addr,
             context,
             limits,
-            tls: tls_cell(config)?,
+            tls,
         })
     }
 

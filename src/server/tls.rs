@@ -181,11 +181,13 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsErr
         }
     };
     let config = builder.with_single_cert(chain, key).map_err(|e| {
-        TlsError::Invalid(format!(
-            "tls.key {} does not fit tls.certificate {}: {e}",
-            settings.key.display(),
-            settings.certificate.display()
-        ))
+        let (key, cert) = (settings.key.display(), settings.certificate.display());
+        TlsError::Invalid(match e {
+            rustls::Error::InconsistentKeys(_) => {
+                format!("tls.key {key} does not fit tls.certificate {cert}: {e}")
+            }
+            e => format!("tls.certificate {cert} with tls.key {key} cannot be used: {e}"),
+        })
     })?;
     Ok(Arc::new(config))
 }
