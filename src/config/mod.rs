@@ -203,6 +203,26 @@ impl<'a> Walker<'a, '_> {
         }
     }
 
+    /// A list of strings; empty when the key is absent.
+    fn strings(&mut self, k: &'a str) -> Vec<String> {
+        let full = self.key(k);
+        let Some(v) = self.get(k) else {
+            return Vec::new();
+        };
+        match v.as_array().and_then(|a| {
+            a.iter()
+                .map(|s| s.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        }) {
+            Some(list) => list,
+            None => {
+                self.errors
+                    .push(format!("{full}: expected a list of strings"));
+                Vec::new()
+            }
+        }
+    }
+
     fn finish(self) {
         for k in self.table.keys() {
             if !self.seen.contains(k.as_str()) {

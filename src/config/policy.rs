@@ -11,7 +11,7 @@ pub(super) fn parse_policy(t: &toml::Table, errors: &mut Vec<String>) -> Policie
     let mut w = walker("policy", t, errors);
     let create_topic = w.table("create_topic");
     let validators = w.get("validators");
-    let exempt = strings(&mut w, "exempt_principals");
+    let exempt = w.strings("exempt_principals");
     w.finish();
     let mut policies = Policies::default();
     for p in &exempt {
@@ -43,8 +43,8 @@ fn parse_create_topic(t: &toml::Table, errors: &mut Vec<String>) -> DeclaredTopi
     }
     p.allowed_names = patterns(&mut w, "allowed_names");
     p.denied_names = patterns(&mut w, "denied_names");
-    p.required_configs = strings(&mut w, "required_configs");
-    p.forbidden_configs = strings(&mut w, "forbidden_configs");
+    p.required_configs = w.strings("required_configs");
+    p.forbidden_configs = w.strings("forbidden_configs");
     let configs = w.table("configs");
     w.finish();
     for (what, min, max) in [
@@ -163,7 +163,7 @@ fn value_rule(w: &mut Walker<'_, '_>) -> Option<ValueRule> {
         ..ValueRule::default()
     };
     if w.get("allowed").is_some() {
-        let list = strings(w, "allowed");
+        let list = w.strings("allowed");
         if list.is_empty() {
             let k = w.key("allowed");
             w.errors.push(format!("{k}: give at least one value"));
@@ -221,27 +221,9 @@ fn bound(w: &mut Walker<'_, '_>, k: &'static str) -> Option<Bound> {
     }
 }
 
-fn strings(w: &mut Walker<'_, '_>, k: &'static str) -> Vec<String> {
-    let full = w.key(k);
-    match w.get(k) {
-        None => Vec::new(),
-        Some(v) => match v.as_array().and_then(|a| {
-            a.iter()
-                .map(|s| s.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-        }) {
-            Some(list) => list,
-            None => {
-                w.errors.push(format!("{full}: expected a list of strings"));
-                Vec::new()
-            }
-        },
-    }
-}
-
 fn patterns(w: &mut Walker<'_, '_>, k: &'static str) -> Vec<WholeMatch> {
     let full = w.key(k);
-    strings(w, k)
+    w.strings(k)
         .iter()
         .filter_map(|p| match WholeMatch::new(p) {
             Ok(m) => Some(m),

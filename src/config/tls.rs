@@ -11,8 +11,8 @@ pub(super) fn parse_tls(t: &toml::Table, errors: &mut Vec<String>) -> Option<Tls
     let key = w.string("key");
     let client_auth = w.string("client_auth");
     let ca = w.string("ca");
-    let protocols = list(&mut w, "protocols");
-    let cipher_suites = list(&mut w, "cipher_suites");
+    let protocols = w.strings("protocols");
+    let cipher_suites = w.strings("cipher_suites");
     let principal_mapping_rules = w.string("principal_mapping_rules");
     w.finish();
     if let Some(rules) = &principal_mapping_rules {
@@ -68,24 +68,6 @@ pub(super) fn parse_tls(t: &toml::Table, errors: &mut Vec<String>) -> Option<Tls
         cipher_suites,
         principal_mapping_rules,
     })
-}
-
-fn list(w: &mut super::Walker<'_, '_>, k: &'static str) -> Vec<String> {
-    let full = w.key(k);
-    match w.get(k) {
-        None => Vec::new(),
-        Some(v) => match v.as_array().and_then(|a| {
-            a.iter()
-                .map(|s| s.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-        }) {
-            Some(l) => l,
-            None => {
-                w.errors.push(format!("{full}: expected a list of strings"));
-                Vec::new()
-            }
-        },
-    }
 }
 
 #[cfg(test)]
