@@ -5,7 +5,8 @@
 //! request order. (The proof that the checks work with real clients is the
 //! interop suite against Apache Kafka.)
 
-use bytes::{BufMut, Bytes, BytesMut};
+mod support;
+
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -18,44 +19,17 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, BrokerId, CreateTopicsRequest, CreateTopicsResponse,
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, MetadataResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use kshim::client::KafkaClient;
-use kshim::config::{Config, UpstreamConfig};
 use kshim::policy::rule::{Bound, ValueRule};
 use kshim::policy::{ConfigValidator, ConfigValidators, DeclaredTopicPolicy, Policies};
-use kshim::proxy::Proxy;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use support::{encode, read_frame, start_proxy, write_response, RunningProxy};
+use tokio::net::TcpListener;
 
 const POLICY_VIOLATION: i16 = 44;
 const INVALID_CONFIG: i16 = 40;
-
-async fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
-    let size = s.read_i32().await.ok()?;
-    let mut buf = vec![0; usize::try_from(size).ok()?];
-    s.read_exact(&mut buf).await.ok()?;
-    Some(Bytes::from(buf))
-}
-
-async fn respond(s: &mut TcpStream, correlation_id: i32, flexible: bool, body: &[u8]) {
-    let mut out = BytesMut::new();
-    out.put_i32((4 + usize::from(flexible) + body.len()) as i32);
-    out.put_i32(correlation_id);
-    if flexible {
-        out.put_u8(0);
-    }
-    out.put_slice(body);
-    let _ = s.write_all(&out).await;
-}
-
-fn encode<M: Encodable>(m: &M, version: i16) -> Bytes {
-    let mut out = BytesMut::new();
-    m.encode(&mut out, version).unwrap();
-    out.freeze()
-}
 
 fn api(key: ApiKey, min: i16, max: i16) -> ApiVersion {
     ApiVersion::default()
@@ -103,7 +77,7 @@ async fn fake_broker(listener: TcpListener, received: Arc<Mutex<Received>>) {
                             api(ApiKey::CreateTopics, 2, 7),
                             api(ApiKey::IncrementalAlterConfigs, 0, 1),
                         ]);
-                        respond(
+                        write_response(
                             &mut s,
                             correlation_id,
                             false,
@@ -118,7 +92,7 @@ async fn fake_broker(listener: TcpListener, received: Arc<Mutex<Received>>) {
                                 .with_host(StrBytes::from_static_str("127.0.0.1"))
                                 .with_port(i32::from(port))])
                             .with_controller_id(BrokerId(1));
-                        respond(
+                        write_response(
                             &mut s,
                             correlation_id,
                             flexible_response,
@@ -137,7 +111,7 @@ async fn fake_broker(listener: TcpListener, received: Arc<Mutex<Received>>) {
                                     .with_num_partitions(t.num_partitions),
                             );
                         }
-                        respond(
+                        write_response(
                             &mut s,
                             correlation_id,
                             flexible_response,
@@ -161,7 +135,7 @@ async fn fake_broker(listener: TcpListener, received: Arc<Mutex<Received>>) {
                                     .with_resource_name(r.resource_name),
                             );
                         }
-                        respond(
+                        write_response(
                             &mut s,
                             correlation_id,
                             flexible_response,
@@ -196,47 +170,26 @@ fn policies() -> Policies {
     }
 }
 
-struct Running {
-    addr: String,
-    policies: Arc<kshim::policy::PolicyCell>,
-    stop: watch::Sender<bool>,
-    _dir: tempfile::TempDir,
-}
-
-async fn proxy(received: Arc<Mutex<Received>>) -> Running {
+async fn proxy(received: Arc<Mutex<Received>>) -> RunningProxy {
     let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream_addr = upstream.local_addr().unwrap().to_string();
     tokio::spawn(fake_broker(upstream, received));
-    let dir = tempfile::tempdir().unwrap();
-    let upstream_config = UpstreamConfig {
-        bootstrap: vec![upstream_addr],
-        refresh_interval_ms: 60_000,
-        connect_timeout_ms: 2000,
-        port_base: Some(0),
-        ..UpstreamConfig::default()
-    };
-    let config = Config {
-        listen: "127.0.0.1:0".into(),
-        data_dir: dir.path().to_owned(),
-        upstream: Some(upstream_config.clone()),
-        // kshim owns metadata.version here (the fake broker advertises no
-        // features), finalized at its supported max, so the validator is in force.
-        policies: policies(),
-        ..Config::default()
-    };
-    let proxy = Proxy::bind(&config, &upstream_config)
+    // kshim owns metadata.version here (the fake broker advertises no
+    // features), finalized at its supported max, so the validator is in force.
+    start_proxy(upstream_addr, 60_000, |c| c.policies = policies()).await
+}
+
+/// Sends `request` at `version` and decodes the answer.
+async fn create(
+    client: &mut KafkaClient,
+    request: &CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let raw = client
+        .request(ApiKey::CreateTopics, version, &encode(request, version))
         .await
-        .expect("proxy starts");
-    let addr = proxy.local_addr.to_string();
-    let policies = Arc::clone(&proxy.context.policies);
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(proxy.serve(stopped));
-    Running {
-        addr,
-        policies,
-        stop,
-        _dir: dir,
-    }
+        .unwrap();
+    CreateTopicsResponse::decode(&mut raw.clone(), version).unwrap()
 }
 
 #[tokio::test]
@@ -261,11 +214,7 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
         );
     for version in [4, 7] {
         received.lock().unwrap().topics.clear();
-        let raw = client
-            .request(ApiKey::CreateTopics, version, &encode(&request, version))
-            .await
-            .unwrap();
-        let answer = CreateTopicsResponse::decode(&mut raw.clone(), version).unwrap();
+        let answer = create(&mut client, &request, version).await;
         assert_eq!(answer.topics.len(), N);
         for (i, t) in answer.topics.iter().enumerate() {
             assert_eq!(
@@ -287,26 +236,18 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
             .all(|n| n[1..].parse::<usize>().unwrap() % 2 == 0));
     }
     // An exempt principal is not checked.
-    kshim.policies.replace(Policies {
+    kshim.context.policies.replace(Policies {
         exempt_principals: vec!["User:ANONYMOUS".into()],
         ..policies()
     });
     received.lock().unwrap().topics.clear();
-    let raw = client
-        .request(ApiKey::CreateTopics, 7, &encode(&request, 7))
-        .await
-        .unwrap();
-    let answer = CreateTopicsResponse::decode(&mut raw.clone(), 7).unwrap();
+    let answer = create(&mut client, &request, 7).await;
     assert!(answer.topics.iter().all(|t| t.error_code == 0));
     assert_eq!(received.lock().unwrap().topics.len(), N);
     // A policy change applies to the next request, on the same connection.
-    kshim.policies.replace(policies());
+    kshim.context.policies.replace(policies());
     received.lock().unwrap().topics.clear();
-    let raw = client
-        .request(ApiKey::CreateTopics, 7, &encode(&request, 7))
-        .await
-        .unwrap();
-    let answer = CreateTopicsResponse::decode(&mut raw.clone(), 7).unwrap();
+    let answer = create(&mut client, &request, 7).await;
     assert_eq!(
         answer
             .topics
@@ -315,13 +256,9 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
             .count(),
         N / 2
     );
-    kshim.policies.replace(Policies::default());
+    kshim.context.policies.replace(Policies::default());
     received.lock().unwrap().topics.clear();
-    let raw = client
-        .request(ApiKey::CreateTopics, 7, &encode(&request, 7))
-        .await
-        .unwrap();
-    let answer = CreateTopicsResponse::decode(&mut raw.clone(), 7).unwrap();
+    let answer = create(&mut client, &request, 7).await;
     assert!(answer.topics.iter().all(|t| t.error_code == 0));
     assert_eq!(received.lock().unwrap().topics.len(), N);
     let _ = kshim.stop.send(true);

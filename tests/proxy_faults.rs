@@ -7,53 +7,22 @@
 //! Metadata) correctly; what it does with forwarded requests is the fault under
 //! test. The proof that forwarding works is the interop suite against real Kafka.
 
-use bytes::{BufMut, Bytes, BytesMut};
+mod support;
+
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse};
-use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kshim::client::KafkaClient;
-use kshim::config::{Config, UpstreamConfig};
-use kshim::proxy::Proxy;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use support::{encode, read_frame, start_proxy, write_response, RunningProxy};
+use tokio::net::TcpListener;
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     WrongCorrelationId,
     GarbageMetadata,
     HangUp,
-}
-
-async fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
-    let size = s.read_i32().await.ok()?;
-    let mut buf = vec![0; usize::try_from(size).ok()?];
-    s.read_exact(&mut buf).await.ok()?;
-    Some(Bytes::from(buf))
-}
-
-async fn write_response(
-    s: &mut TcpStream,
-    correlation_id: i32,
-    flexible_header: bool,
-    body: &[u8],
-) {
-    let mut out = BytesMut::new();
-    out.put_i32((4 + usize::from(flexible_header) + body.len()) as i32);
-    out.put_i32(correlation_id);
-    if flexible_header {
-        out.put_u8(0);
-    }
-    out.put_slice(body);
-    let _ = s.write_all(&out).await;
-}
-
-fn encode<M: Encodable>(m: &M, version: i16) -> Bytes {
-    let mut out = BytesMut::new();
-    m.encode(&mut out, version).unwrap();
-    out.freeze()
 }
 
 /// A broker at `port` that serves discovery properly and forwarded requests with
@@ -133,31 +102,16 @@ async fn fake_broker(listener: TcpListener, fault: Fault) {
     }
 }
 
-async fn proxy_in_front_of(fault: Fault) -> (String, watch::Sender<bool>, tempfile::TempDir) {
+async fn proxy_in_front_of(fault: Fault) -> RunningProxy {
     let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream_addr = upstream.local_addr().unwrap().to_string();
     tokio::spawn(fake_broker(upstream, fault));
-    let dir = tempfile::tempdir().unwrap();
-    let upstream_config = UpstreamConfig {
-        bootstrap: vec![upstream_addr],
-        refresh_interval_ms: 200,
-        connect_timeout_ms: 1000,
-        port_base: Some(0),
-        ..UpstreamConfig::default()
-    };
-    let config = Config {
-        listen: "127.0.0.1:0".into(),
-        data_dir: dir.path().to_owned(),
-        upstream: Some(upstream_config.clone()),
-        ..Config::default()
-    };
-    let proxy = Proxy::bind(&config, &upstream_config)
-        .await
-        .expect("proxy starts");
-    let addr = proxy.local_addr.to_string();
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(proxy.serve(stopped));
-    (addr, stop, dir)
+    start_proxy(upstream_addr, 200, |c| {
+        if let Some(u) = c.upstream.as_mut() {
+            u.connect_timeout_ms = 1000;
+        }
+    })
+    .await
 }
 
 /// Metadata v12 with no topics, as a client would send it.
@@ -172,7 +126,8 @@ async fn upstream_faults_close_the_client_connection_and_nothing_else() {
         Fault::GarbageMetadata,
         Fault::HangUp,
     ] {
-        let (addr, stop, _dir) = proxy_in_front_of(fault).await;
+        let kshim = proxy_in_front_of(fault).await;
+        let addr = kshim.addr.clone();
         let timeout = Duration::from_secs(5);
         let mut client = KafkaClient::connect(&addr, timeout).await.unwrap();
         let (_, discovered) = client.api_versions().await.unwrap();
@@ -192,6 +147,6 @@ async fn upstream_faults_close_the_client_connection_and_nothing_else() {
         let mut again = KafkaClient::connect(&addr, timeout).await.unwrap();
         let (_, still) = again.api_versions().await.unwrap();
         assert_eq!(still.error_code, 0, "{fault:?}");
-        let _ = stop.send(true);
+        let _ = kshim.stop.send(true);
     }
 }

@@ -35,6 +35,15 @@ pub fn response_body_offset(api: ApiKey, version: i16, frame: &[u8]) -> Result<u
     Ok(r.position())
 }
 
+/// A response frame (without its size prefix) with everything from `offset`
+/// (its body) replaced by `body`.
+pub fn with_new_body(frame: &[u8], offset: usize, body: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(offset + body.len());
+    out.put_slice(&frame[..offset]);
+    out.put_slice(body);
+    out.freeze()
+}
+
 /// Frames an already-encoded body.
 pub fn frame_with_body(api: ApiKey, version: i16, correlation_id: i32, body: &[u8]) -> Bytes {
     let header_version = response_header_version(api, version);

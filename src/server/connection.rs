@@ -9,12 +9,12 @@
 use super::Limits;
 use crate::handlers::forward::{AfterResponse, MergeFn};
 use crate::handlers::{dispatch, Action, Context, Peer};
-use crate::protocol::response::response_body_offset;
+use crate::protocol::response::{response_body_offset, with_new_body};
 use crate::protocol::CodecError;
 use crate::protocol::FrameCodec;
 use crate::upstream::link::write_frame;
 use crate::upstream::{Route, UpstreamLink};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
@@ -209,8 +209,5 @@ fn merge_response(
         |e: CodecError| format!("the upstream's {api:?} v{version} response does not decode: {e}");
     let offset = response_body_offset(api, version, frame).map_err(malformed)?;
     let body = merge(&frame[offset..]).map_err(malformed)?;
-    let mut out = BytesMut::with_capacity(offset + body.len());
-    out.put_slice(&frame[..offset]);
-    out.put_slice(&body);
-    Ok(out.freeze())
+    Ok(with_new_body(frame, offset, &body))
 }

@@ -242,14 +242,8 @@ impl TlsCell {
         self.0.load_full()
     }
 
-    /// Builds `settings` aside and, when they are good, puts them in force for
-    /// every handshake from now on. On error nothing changes.
-    pub fn reload(&self, settings: &TlsSettings) -> Result<(), TlsError> {
-        self.install(TlsMaterial::build(settings)?);
-        Ok(())
-    }
-
-    /// Puts material that was built (and so checked) in force.
+    /// Puts material that was built (and so checked) in force for every
+    /// handshake from now on; see `reload::Reloadable`.
     pub fn install(&self, material: TlsMaterial) {
         self.0.store(Arc::new(material));
     }
@@ -353,6 +347,12 @@ mod tests {
         assert_eq!(&buf, b"ping");
     }
 
+    /// Builds aside, then installs: what a reload does.
+    fn reload(cell: &TlsCell, settings: &TlsSettings) -> Result<(), TlsError> {
+        cell.install(TlsMaterial::build(settings)?);
+        Ok(())
+    }
+
     fn der_of(pem_path: &Path) -> Vec<u8> {
         CertificateDer::from_pem_file(pem_path).unwrap().to_vec()
     }
@@ -370,8 +370,7 @@ mod tests {
         assert_eq!(leaf, der_of(&cert_a));
         echoes(&mut old).await;
 
-        cell.reload(&settings(cert_b.clone(), key_b.clone()))
-            .unwrap();
+        reload(&cell, &settings(cert_b.clone(), key_b.clone())).unwrap();
         let (mut new, leaf) = connect(&addr, &issuer).await;
         assert_eq!(
             leaf,
@@ -382,21 +381,16 @@ mod tests {
         echoes(&mut old).await;
 
         // Broken material is refused and the current one stays.
-        let mismatched = cell
-            .reload(&settings(cert_a.clone(), key_b.clone()))
-            .unwrap_err();
+        let mismatched = reload(&cell, &settings(cert_a.clone(), key_b.clone())).unwrap_err();
         assert!(
             mismatched.to_string().contains("does not fit"),
             "{mismatched}"
         );
-        let missing = cell
-            .reload(&settings(dir.path().join("nope.pem"), key_a.clone()))
-            .unwrap_err();
+        let missing =
+            reload(&cell, &settings(dir.path().join("nope.pem"), key_a.clone())).unwrap_err();
         assert!(missing.to_string().contains("tls.certificate"), "{missing}");
         std::fs::write(dir.path().join("garbage.pem"), "not a certificate").unwrap();
-        let garbage = cell
-            .reload(&settings(dir.path().join("garbage.pem"), key_a))
-            .unwrap_err();
+        let garbage = reload(&cell, &settings(dir.path().join("garbage.pem"), key_a)).unwrap_err();
         assert!(
             garbage.to_string().contains("no PEM certificate"),
             "{garbage}"

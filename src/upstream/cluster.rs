@@ -341,8 +341,16 @@ pub fn decode_metadata_brokers(
     version: i16,
     body: &[u8],
 ) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), CodecError> {
+    read_metadata_head(version, &mut Reader::new(body))
+}
+
+/// Reads a Metadata response body up to and including the cluster id, leaving
+/// `r` at ControllerId.
+pub(crate) fn read_metadata_head(
+    version: i16,
+    r: &mut Reader<'_>,
+) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), CodecError> {
     let flexible = version >= 9;
-    let mut r = Reader::new(body);
     if version >= 3 {
         r.i32("ThrottleTimeMs")?;
     }
@@ -353,7 +361,7 @@ pub fn decode_metadata_brokers(
         let host = r.string(flexible, "Host")?.to_owned();
         let port = r.i32("Port")?;
         let rack = if version >= 1 {
-            nullable(&mut r, flexible, "Rack")?
+            nullable(r, flexible, "Rack")?
         } else {
             None
         };
@@ -363,7 +371,7 @@ pub fn decode_metadata_brokers(
         brokers.insert(node_id, BrokerInfo { host, port, rack });
     }
     let cluster_id = if version >= 2 {
-        nullable(&mut r, flexible, "ClusterId")?
+        nullable(r, flexible, "ClusterId")?
     } else {
         None
     };

@@ -364,20 +364,7 @@ pub fn decode_metadata_topics(version: i16, body: &[u8]) -> Result<Vec<String>, 
         Ok(())
     };
     let mut r = Reader::new(body);
-    if version >= 3 {
-        r.i32("ThrottleTimeMs")?;
-    }
-    let brokers = r.array_len(flexible, 10, "Brokers")?.unwrap_or(0);
-    for _ in 0..brokers {
-        r.i32("NodeId")?;
-        r.string(flexible, "Host")?;
-        r.i32("Port")?;
-        nullable(&mut r, "Rack")?;
-        tags(&mut r, "MetadataResponseBroker")?;
-    }
-    if version >= 2 {
-        nullable(&mut r, "ClusterId")?;
-    }
+    super::cluster::read_metadata_head(version, &mut r)?;
     r.i32("ControllerId")?;
     let n = r.array_len(flexible, 8, "Topics")?.unwrap_or(0);
     let mut names = Vec::with_capacity(n);

@@ -34,9 +34,9 @@ pub enum UpstreamError {
     Protocol { target: String, reason: String },
 }
 
-use crate::protocol::response::response_body_offset;
+use crate::protocol::response::{response_body_offset, with_new_body};
 use arc_swap::ArcSwap;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -142,12 +142,7 @@ impl Upstream {
         let body = frame.slice(header_len..);
         match rewrite::rewrite_body(api, version, &body, &self.listeners)? {
             None => Ok(frame),
-            Some(new_body) => {
-                let mut out = BytesMut::with_capacity(header_len + new_body.len());
-                out.put_slice(&frame[..header_len]);
-                out.put_slice(&new_body);
-                Ok(out.freeze())
-            }
+            Some(new_body) => Ok(with_new_body(&frame, header_len, &new_body)),
         }
     }
 }

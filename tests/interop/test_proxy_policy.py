@@ -258,17 +258,6 @@ def _uvarint_bytes(n: int) -> bytes:
             return bytes(out)
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
 def _string(s: str, compact: bool) -> bytes:
     b = s.encode()
     return (_uvarint_bytes(len(b) + 1) if compact else struct.pack(">h", len(b))) + b
@@ -282,7 +271,7 @@ def _nullable_string(s: str | None, compact: bool) -> bytes:
 
 def _read_nullable_string(buf: bytes, pos: int, compact: bool) -> tuple[str | None, int]:
     if compact:
-        n, pos = _read_uvarint(buf, pos)
+        n, pos = ke._uvarint(buf, pos)
         n -= 1
     else:
         (n,) = struct.unpack_from(">h", buf, pos)
@@ -290,25 +279,6 @@ def _read_nullable_string(buf: bytes, pos: int, compact: bool) -> tuple[str | No
     if n < 0:
         return None, pos
     return buf[pos : pos + n].decode(), pos + n
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise OSError(f"connection closed after {len(out)} of {n} bytes")
-        out += chunk
-    return bytes(out)
-
-
-def _skip_tagged(buf: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
-    return pos
 
 
 def alter_configs_raw(
@@ -347,18 +317,18 @@ def alter_configs_raw(
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
             sock.sendall(struct.pack(">i", len(frame)) + frame)
-            (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-            resp = _recv_exact(sock, size)
-    except OSError as e:
+            (size,) = struct.unpack(">i", ke._recv_exact(sock, 4))
+            resp = ke._recv_exact(sock, size)
+    except (OSError, ke.EnvError) as e:
         pytest.fail(f"AlterConfigs v{version} to {bootstrap}: {e!r}", pytrace=False)
     (got,) = struct.unpack_from(">i", resp, 0)
     assert got == correlation, f"AlterConfigs v{version}: correlation id {got}, sent {correlation}"
     pos = 4
     if compact:
-        pos = _skip_tagged(resp, pos)  # response header v1
+        pos = ke._skip_tags(resp, pos)  # response header v1
     pos += 4  # throttle_time_ms
     if compact:
-        n, pos = _read_uvarint(resp, pos)
+        n, pos = ke._uvarint(resp, pos)
         n -= 1
     else:
         (n,) = struct.unpack_from(">i", resp, pos)
@@ -372,7 +342,7 @@ def alter_configs_raw(
         pos += 1
         name, pos = _read_nullable_string(resp, pos, compact)
         if compact:
-            pos = _skip_tagged(resp, pos)
+            pos = ke._skip_tags(resp, pos)
         out[(rtype, name)] = (code, message)
     assert len(out) == len(resources), f"AlterConfigs v{version}: {len(out)} results for {len(resources)} resources: {out}"
     return out

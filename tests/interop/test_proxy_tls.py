@@ -391,31 +391,15 @@ def api_versions_frame(correlation_id: int = 1) -> bytes:
     return struct.pack(">i", len(frame)) + frame
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
 def decode_api_versions(resp: bytes) -> tuple[int, int, set[int]]:
     """(correlation id, error code, api keys) of an ApiVersions v3 response body."""
     (corr, err) = struct.unpack_from(">ih", resp, 0)
-    n, pos = _uvarint(resp, 6)
+    n, pos = ke._uvarint(resp, 6)
     keys = set()
     for _ in range(max(n - 1, 0)):
         (key,) = struct.unpack_from(">h", resp, pos)
         keys.add(key)
-        pos += 6
-        tags, pos = _uvarint(resp, pos)
-        for _ in range(tags):
-            _, pos = _uvarint(resp, pos)
-            size, pos = _uvarint(resp, pos)
-            pos += size
+        pos = ke._skip_tags(resp, pos + 6)
     return corr, err, keys
 
 
