@@ -7,16 +7,20 @@
 //! kshim answers), `server` (listeners and connections), `config`, `client` (a
 //! minimal Kafka client for the CLI and tests), and `cli`.
 
+pub mod admin;
 pub mod client;
 pub mod config;
 pub mod controller;
 pub mod features;
 pub mod handlers;
+pub mod metrics;
 pub mod policy;
 pub mod protocol;
 pub mod proxy;
-pub mod reload;
+pub mod reconfig;
 pub mod server;
+pub mod service;
 pub mod standalone;
 pub mod store;
+pub mod tls;
 pub mod upstream;

@@ -29,14 +29,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(default_filter(&cli.command))
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let log = init_logging(&cli.command);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -46,7 +39,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => cli::serve::run(args).await.map(|()| 0),
+            Command::Serve(args) => cli::serve::run(args, log).await.map(|()| 0),
             Command::Features(args) => cli::features::run(args).await,
             Command::Config(args) => cli::config::run(args),
         }
@@ -58,6 +51,33 @@ fn main() -> std::process::ExitCode {
             eprintln!("kshim: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs to stderr with `RUST_LOG`'s filter (or the command's default), through
+/// a reload layer, so that `log.level` can change the filter while kshim runs.
+fn init_logging(command: &Command) -> kshim::service::LogControl {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::EnvFilter;
+    let startup_filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|f| EnvFilter::builder().parse(f).is_ok())
+        .unwrap_or_else(|| default_filter(command).to_owned());
+    let (filter, handle) =
+        tracing_subscriber::reload::Layer::new(EnvFilter::new(startup_filter.as_str()));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .init();
+    kshim::service::LogControl {
+        set: std::sync::Arc::new(move |text: &str| {
+            let next = EnvFilter::builder()
+                .parse(text)
+                .map_err(|e| e.to_string())?;
+            handle.reload(next).map_err(|e| e.to_string())
+        }),
+        startup_filter,
     }
 }
 

@@ -8,12 +8,14 @@ use crate::config::{Config, UpstreamConfig};
 use crate::features::{Mirror, Ownership, Supporter};
 use crate::handlers::api_versions::{proxy_apis, Discovery};
 use crate::handlers::{Authorizer, Context, NodeAddress};
+use crate::metrics::Metrics;
 use crate::policy::PolicyCell;
-use crate::server::tls::TlsCell;
 use crate::server::{self, Limits};
 use crate::standalone::{
     advertised_address, bind_listener, limits, open_controller, tls_cell, StartError,
 };
+use crate::store::FileStore;
+use crate::tls::{ClientTlsCell, ClientTlsMaterial, TlsCell};
 use crate::upstream::cluster::Discoverer;
 use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
 use std::net::SocketAddr;
@@ -31,7 +33,7 @@ pub struct Proxy {
     pub limits: Limits,
     /// TLS material of every client-facing listener, when `[tls]` is set.
     pub tls: Option<Arc<TlsCell>>,
-    upstream: Arc<Upstream>,
+    pub upstream: Arc<Upstream>,
     discoverer: Discoverer,
     refresh_interval: Duration,
     bound: mpsc::UnboundedReceiver<(i32, std::net::TcpListener)>,
@@ -49,7 +51,35 @@ impl Proxy {
     ) -> Result<Proxy, StartError> {
         // TLS material is checked before anything is stored or any broker is asked.
         let tls = tls_cell(config)?;
-        let controller = open_controller(config, Ownership::new(config.kshim_owned.clone()))?;
+        let store = FileStore::open(&config.data_dir)?;
+        Proxy::bind_in(
+            config,
+            upstream_config,
+            store,
+            Arc::new(Metrics::new()),
+            tls,
+        )
+        .await
+    }
+
+    /// As `bind`, on a store the caller opened and with client-facing TLS
+    /// material it built.
+    pub async fn bind_in(
+        config: &Config,
+        upstream_config: &UpstreamConfig,
+        store: FileStore,
+        metrics: Arc<Metrics>,
+        tls: Option<Arc<TlsCell>>,
+    ) -> Result<Proxy, StartError> {
+        let upstream_tls = match &upstream_config.tls {
+            Some(settings) => Some(Arc::new(ClientTlsCell::new(ClientTlsMaterial::build(
+                "upstream.tls",
+                settings,
+            )?))),
+            None => None,
+        };
+        let controller =
+            open_controller(config, store, Ownership::new(config.kshim_owned.clone()))?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
         let layout = layout(config, upstream_config, &node, local_addr);
@@ -58,11 +88,12 @@ impl Proxy {
         let link = LinkSettings {
             connect_timeout: Duration::from_millis(upstream_config.connect_timeout_ms),
             max_response_bytes: upstream_config.max_response_bytes,
+            tls: upstream_tls,
+            sasl: upstream_config.sasl.clone(),
         };
         let upstream = Arc::new(Upstream::new(
             Listeners::new(layout, bound_tx),
             link.clone(),
-            upstream_config.sasl.clone(),
             upstream_config.bootstrap.clone(),
             refresh_tx,
         ));
@@ -72,19 +103,17 @@ impl Proxy {
             controller,
             discovery,
             node,
-            authorizer: Authorizer {
-                alter_cluster: config.alter_cluster.clone(),
-            },
+            authorizer: Arc::new(Authorizer::new(config.alter_cluster.clone())),
             upstream: Some(Arc::clone(&upstream)),
             policies: Arc::new(PolicyCell::new(config.policies.clone())),
+            metrics,
         });
-        let mut discoverer = Discoverer::new(
-            upstream_config.bootstrap.clone(),
-            link.connect_timeout,
-            upstream_config.sasl.clone(),
-        );
+        let mut discoverer = Discoverer::new(upstream_config.bootstrap.clone(), link);
         match discoverer.refresh(&ClusterView::default()).await {
-            Ok(view) => apply(&context, &upstream, view, true).await,
+            Ok(view) => {
+                upstream.record_refresh(true);
+                apply(&context, &upstream, view, true).await
+            }
             Err(e) => tracing::warn!(
                 "{e}; starting anyway with the stored feature view, and retrying every {} ms",
                 upstream_config.refresh_interval_ms
@@ -187,10 +216,12 @@ async fn refresh(
             if !was_reachable {
                 tracing::info!("upstream reachable again: {} broker(s)", view.brokers.len());
             }
+            upstream.record_refresh(true);
             apply(context, upstream, view, false).await;
             true
         }
         Err(e) => {
+            upstream.record_refresh(false);
             if was_reachable {
                 tracing::warn!(
                     "{e}; kshim keeps serving ApiVersions from its cached view and keeps retrying"

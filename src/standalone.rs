@@ -7,11 +7,12 @@ use crate::controller::{ControllerError, ControllerSettings, FeatureController};
 use crate::features::Ownership;
 use crate::handlers::api_versions::{Discovery, STANDALONE_APIS};
 use crate::handlers::{Authorizer, Context, NodeAddress};
+use crate::metrics::Metrics;
 use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
-use crate::server::tls::TlsCell;
 use crate::server::{self, Limits};
 use crate::store::{FileStore, StoreError};
+use crate::tls::{TlsCell, TlsMaterial};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -26,7 +27,7 @@ pub enum StartError {
     #[error(transparent)]
     Encode(#[from] EncodeError),
     #[error(transparent)]
-    Tls(#[from] crate::server::tls::TlsError),
+    Tls(#[from] crate::tls::TlsError),
     #[error("listening on {addr}: {source}")]
     Bind {
         addr: String,
@@ -51,7 +52,18 @@ impl Standalone {
     /// and builds the handler context.
     pub async fn bind(config: &Config) -> Result<Standalone, StartError> {
         let tls = tls_cell(config)?;
-        let controller = open_controller(config, Ownership::default())?;
+        let store = FileStore::open(&config.data_dir)?;
+        Standalone::bind_in(config, store, Arc::new(Metrics::new()), tls).await
+    }
+
+    /// As `bind`, on a store the caller opened and with TLS material it built.
+    pub async fn bind_in(
+        config: &Config,
+        store: FileStore,
+        metrics: Arc<Metrics>,
+        tls: Option<Arc<TlsCell>>,
+    ) -> Result<Standalone, StartError> {
+        let controller = open_controller(config, store, Ownership::default())?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
         let discovery = Discovery::new(
@@ -63,11 +75,10 @@ impl Standalone {
             controller,
             discovery,
             node,
-            authorizer: Authorizer {
-                alter_cluster: config.alter_cluster.clone(),
-            },
+            authorizer: Arc::new(Authorizer::new(config.alter_cluster.clone())),
             upstream: None,
             policies: Arc::new(PolicyCell::new(config.policies.clone())),
+            metrics,
         });
         let limits = limits(config);
         Ok(Standalone {
@@ -96,19 +107,19 @@ impl Standalone {
 }
 
 /// The TLS material of `[tls]`, built and checked before anything listens.
-pub(crate) fn tls_cell(config: &Config) -> Result<Option<Arc<TlsCell>>, StartError> {
+pub fn tls_cell(config: &Config) -> Result<Option<Arc<TlsCell>>, StartError> {
     Ok(match &config.tls {
-        Some(settings) => Some(Arc::new(TlsCell::new(settings)?)),
+        Some(settings) => Some(Arc::new(TlsCell::new(TlsMaterial::build("tls", settings)?))),
         None => None,
     })
 }
 
-/// Opens the store and the controller on it; both modes start here.
+/// The controller on the store; both modes start here.
 pub(crate) fn open_controller(
     config: &Config,
+    store: FileStore,
     ownership: Ownership,
 ) -> Result<Arc<FeatureController>, StartError> {
-    let store = FileStore::open(&config.data_dir)?;
     Ok(Arc::new(FeatureController::open(
         Arc::new(store),
         ControllerSettings {

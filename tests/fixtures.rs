@@ -515,9 +515,10 @@ fn with_api_table(ctx: &Context, apis: Vec<ApiRange>, draft_tags: bool) -> Arc<C
         controller: Arc::clone(&ctx.controller),
         discovery: Discovery::new(apis, draft_tags, ctx.controller.snapshot()).unwrap(),
         node: ctx.node.clone(),
-        authorizer: ctx.authorizer.clone(),
+        authorizer: Arc::clone(&ctx.authorizer),
         upstream: None,
         policies: Arc::clone(&ctx.policies),
+        metrics: Arc::clone(&ctx.metrics),
     })
 }
 

@@ -186,27 +186,9 @@ fn describe_text(d: &Described) -> String {
 
 /// The KIP-584 describe document.
 fn describe_json(d: &Described, status: &str) -> Map<String, Value> {
-    let f = &d.answer.features;
-    let supported: Map<String, Value> = f
-        .supported
-        .iter()
-        .map(|(n, &(min, max))| (n.clone(), json!({"min_version": min, "max_version": max})))
-        .collect();
-    let mut finalized = Map::new();
-    finalized.insert("epoch".into(), json!(f.epoch));
-    for (n, &(min, max)) in &f.finalized {
-        finalized.insert(
-            n.clone(),
-            json!({"min_version_level": min, "max_version_level": max}),
-        );
-    }
-    let mut doc = Map::new();
-    doc.insert("status".into(), json!(status));
-    doc.insert("supported_features".into(), Value::Object(supported));
-    doc.insert("finalized_features".into(), Value::Object(finalized));
-    doc.insert("host".into(), json!(d.host));
-    doc.insert("port".into(), json!(d.port));
-    doc
+    d.answer
+        .features
+        .describe_document(status, &d.host, i32::from(d.port))
 }
 
 fn parse_feature(spec: &str, disable: bool) -> Result<(String, i16)> {

@@ -1,10 +1,13 @@
-//! `kshim serve`: the standalone discovery server, or with an upstream the proxy.
+//! `kshim serve`: the standalone discovery server, or with an upstream the proxy;
+//! with `[admin]`, the admin API beside it. SIGHUP re-reads the config file
+//! through the same pipeline as the admin API's changes.
 
-use anyhow::{bail, Context as _, Result};
-use kshim::config::{Config, UpstreamConfig};
-use kshim::proxy::Proxy;
-use kshim::standalone::Standalone;
+use anyhow::{Context as _, Result};
+use kshim::config::{CliOverrides, ConfigSource};
+use kshim::reconfig::Registry;
+use kshim::service::{LogControl, Service};
 use std::path::PathBuf;
+use std::sync::Arc;
 use tokio::sync::watch;
 
 #[derive(clap::Args, Debug)]
@@ -18,7 +21,7 @@ pub struct ServeArgs {
     /// HOST:PORT that clients are told to connect to (default: the listen address).
     #[arg(long)]
     advertised_listener: Option<String>,
-    /// Where the finalized features are kept (default ./kshim-data).
+    /// Where the finalized features and config overrides are kept (default ./kshim-data).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Stand in front of this Kafka cluster: HOST:PORT[,HOST:PORT...] of its
@@ -27,67 +30,63 @@ pub struct ServeArgs {
     upstream: Option<String>,
 }
 
-fn load_config(args: &ServeArgs) -> Result<Config> {
-    let mut config = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Config::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => Config::default(),
+pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
+    let source = ConfigSource {
+        file: args.config.clone(),
+        cli: CliOverrides {
+            listen: args.listen,
+            advertised_listener: args.advertised_listener,
+            data_dir: args.data_dir,
+            upstream: args.upstream,
+        },
     };
-    if let Some(v) = &args.listen {
-        config.listen = v.clone();
+    let service = Service::start(source, Some(log))
+        .await
+        .with_context(|| match &args.config {
+            Some(path) => format!("starting with {}", path.display()),
+            None => "starting".to_owned(),
+        })?;
+    if let Some(path) = &args.config {
+        reload_on_hangup(path.clone(), Arc::clone(&service.registry));
     }
-    if let Some(v) = &args.advertised_listener {
-        config.advertised_listener = Some(v.clone());
+    let config = &service.config;
+    let controller = &service.context.controller;
+    match &config.upstream {
+        Some(upstream) => tracing::info!(
+            epoch = controller.snapshot().finalized.epoch,
+            data_dir = %config.data_dir.display(),
+            "kshim proxy for {} listening on {}",
+            upstream.bootstrap.join(","),
+            service.local_addr
+        ),
+        None => tracing::info!(
+            cluster_id = controller.cluster_id(),
+            epoch = controller.snapshot().finalized.epoch,
+            data_dir = %config.data_dir.display(),
+            "kshim standalone discovery server listening on {}, advertised as {}:{}",
+            service.local_addr,
+            service.context.node.host,
+            service.context.node.port
+        ),
     }
-    if let Some(v) = &args.data_dir {
-        config.data_dir = v.clone();
+    match &config.tls {
+        Some(t) => tracing::info!(
+            client_auth = ?t.client_auth,
+            "TLS on every client-facing listener"
+        ),
+        None => tracing::info!("client-facing listeners are plaintext ([tls] is not set)"),
     }
-    if let Some(v) = &args.upstream {
-        let upstream = config.upstream.get_or_insert_with(UpstreamConfig::default);
-        upstream.bootstrap = v
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect();
+    if let Some(addr) = service.admin_addr {
+        let scheme = if config.admin.as_ref().is_some_and(|a| a.tls.is_some()) {
+            "https"
+        } else {
+            "http"
+        };
+        tracing::info!("admin API on {scheme}://{addr}");
+        println!("kshim admin API on {scheme}://{addr}");
     }
-    let mut errors = Vec::new();
-    config.validate(&mut errors);
-    if !errors.is_empty() {
-        bail!("{}", kshim::config::ConfigErrors(errors));
-    }
-    Ok(config)
-}
-
-pub async fn run(args: ServeArgs) -> Result<()> {
-    let config = load_config(&args)?;
-    if let Some(upstream) = config.upstream.clone() {
-        return run_proxy(&args, &config, &upstream).await;
-    }
-    let server = Standalone::bind(&config).await?;
-    reload_on_hangup(&args, &config, &server.context.policies, server.tls.clone());
-    if config.alter_cluster.is_none() {
-        tracing::warn!(
-            "authorization.alter_cluster is not set: every client may finalize features, as in Kafka without an authorizer"
-        );
-    }
-    let controller = &server.context.controller;
-    let node = &server.context.node;
-    tracing::info!(
-        cluster_id = controller.cluster_id(),
-        epoch = controller.snapshot().finalized.epoch,
-        data_dir = %config.data_dir.display(),
-        "kshim standalone discovery server listening on {}, advertised as {}:{}",
-        server.local_addr,
-        node.host,
-        node.port
-    );
-    log_tls(&config);
-    println!("kshim listening on {}", server.local_addr);
-    server.serve(stop_on_signal()).await;
+    println!("kshim listening on {}", service.local_addr);
+    service.serve(stop_on_signal()).await;
     Ok(())
 }
 
@@ -102,39 +101,10 @@ fn stop_on_signal() -> watch::Receiver<bool> {
     stop_rx
 }
 
-async fn run_proxy(args: &ServeArgs, config: &Config, upstream: &UpstreamConfig) -> Result<()> {
-    let proxy = Proxy::bind(config, upstream).await?;
-    reload_on_hangup(args, config, &proxy.context.policies, proxy.tls.clone());
-    if config.alter_cluster.is_none() {
-        tracing::warn!(
-            "authorization.alter_cluster is not set: every client may finalize kshim-owned features"
-        );
-    }
-    tracing::info!(
-        epoch = proxy.context.controller.snapshot().finalized.epoch,
-        data_dir = %config.data_dir.display(),
-        "kshim proxy for {} listening on {}",
-        upstream.bootstrap.join(","),
-        proxy.local_addr
-    );
-    log_tls(config);
-    println!("kshim listening on {}", proxy.local_addr);
-    proxy.serve(stop_on_signal()).await;
-    Ok(())
-}
-
-/// On SIGHUP, reads the config file again (with the same command-line
-/// overrides) and puts its TLS material and policies in force, all or nothing.
-fn reload_on_hangup(
-    args: &ServeArgs,
-    config: &Config,
-    policies: &std::sync::Arc<kshim::policy::PolicyCell>,
-    tls: Option<std::sync::Arc<kshim::server::tls::TlsCell>>,
-) {
+/// On SIGHUP, reads the config file again and puts it in force (with the stored
+/// overrides over it), all or nothing.
+fn reload_on_hangup(path: PathBuf, registry: Arc<Registry>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let Some(path) = args.config.clone() else {
-        return;
-    };
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {
         tracing::warn!(
             "SIGHUP cannot be watched; reloading {} is not available",
@@ -142,56 +112,22 @@ fn reload_on_hangup(
         );
         return;
     };
-    let args = ServeArgs {
-        config: Some(path.clone()),
-        listen: args.listen.clone(),
-        advertised_listener: args.advertised_listener.clone(),
-        data_dir: args.data_dir.clone(),
-        upstream: args.upstream.clone(),
-    };
-    let mut reloadable = kshim::reload::Reloadable {
-        policies: std::sync::Arc::clone(policies),
-        tls,
-        running: config.clone(),
-    };
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
-            let next = match load_config(&args) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(
-                        "SIGHUP: {} not reloaded, nothing changed: {e:#}",
-                        path.display()
-                    );
-                    continue;
-                }
-            };
-            match reloadable.apply(next) {
-                Ok(outcome) => {
-                    tracing::info!(applied = ?outcome.applied, "SIGHUP: {} reloaded", path.display());
-                    if !outcome.need_restart.is_empty() {
-                        tracing::warn!(keys = ?outcome.need_restart, "SIGHUP: these changes need a restart and were not applied");
+            match registry.reload_file().await {
+                Ok(change) => {
+                    tracing::info!(applied = ?change.applied, "SIGHUP: {} reloaded", path.display());
+                    if !change.pending_restart.is_empty() {
+                        tracing::warn!(keys = ?change.pending_restart, "SIGHUP: these changes need a restart and were not applied");
                     }
                 }
-                Err(errors) => tracing::error!(
-                    "SIGHUP: {} not reloaded, nothing changed: {}",
-                    path.display(),
-                    errors.join("; ")
+                Err(e) => tracing::error!(
+                    "SIGHUP: {} not reloaded, nothing changed: {e}",
+                    path.display()
                 ),
             }
         }
     });
-}
-
-fn log_tls(config: &Config) {
-    match &config.tls {
-        Some(t) => tracing::info!(
-            certificate = %t.certificate.display(),
-            client_auth = ?t.client_auth,
-            "TLS on every client-facing listener"
-        ),
-        None => tracing::info!("client-facing listeners are plaintext ([tls] is not set)"),
-    }
 }
 
 async fn wait_for_signal() {

@@ -11,8 +11,11 @@ use futures::{SinkExt, StreamExt};
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest};
 use kafka_protocol::protocol::Encodable;
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
+
+mod stream;
+
+pub use stream::{connect, Stream};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -30,7 +33,7 @@ pub enum ClientError {
 
 pub struct KafkaClient {
     addr: String,
-    framed: Framed<TcpStream, FrameCodec>,
+    framed: Framed<Stream, FrameCodec>,
     next_correlation_id: i32,
     timeout: Duration,
     client_id: String,
@@ -47,23 +50,18 @@ pub struct UpdateFeaturesAnswer {
 
 impl KafkaClient {
     pub async fn connect(addr: &str, timeout: Duration) -> Result<KafkaClient, ClientError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let stream = connect(addr, timeout, None)
             .await
-            .map_err(|_| ClientError::Timeout {
+            .map_err(|reason| ClientError::Connect {
                 addr: addr.to_owned(),
-                timeout,
-            })?
-            .map_err(|e| ClientError::Connect {
-                addr: addr.to_owned(),
-                reason: e.to_string(),
+                reason,
             })?;
-        let _ = stream.set_nodelay(true);
         Ok(KafkaClient::from_stream(stream, addr, timeout, "kshim-cli"))
     }
 
     /// A client on an already connected stream.
     pub fn from_stream(
-        stream: TcpStream,
+        stream: Stream,
         addr: &str,
         timeout: Duration,
         client_id: &str,

@@ -2,10 +2,18 @@
 //!
 //! Parsing walks the document by hand instead of through serde so that every
 //! problem — unknown keys, wrong types, bad values — is reported in one pass.
+//! `ConfigSource` is where a config comes from: the file, then the command
+//! line; placeholders in its values are resolved before it is parsed.
 //! Owns no runtime state.
 
+mod operations;
+pub mod placeholders;
 mod policy;
-mod tls;
+mod source;
+pub mod tls;
+
+pub use operations::{check_log_filter, AdminConfig, DEFAULT_ADMIN_LISTEN};
+pub use source::{parse_document, CliOverrides, ConfigSource, Loaded};
 
 use crate::features::{kafka, Dependencies, Requirement, SupportedFeatures, SupportedRange};
 use std::collections::{BTreeMap, HashSet};
@@ -37,7 +45,33 @@ pub struct Config {
     /// `[policy]`: the create-topic policy and the config validators.
     pub policies: crate::policy::Policies,
     /// `[tls]`: TLS on every client-facing listener; `None`: plaintext.
-    pub tls: Option<crate::server::tls::TlsSettings>,
+    pub tls: Option<crate::tls::ListenerTls>,
+    /// `[admin]`: the admin HTTP API; `None`: none.
+    pub admin: Option<AdminConfig>,
+    /// `[log] level`; `None`: `RUST_LOG`, else `info`.
+    pub log_level: Option<String>,
+    /// `[config_providers] file_allowed_paths`.
+    pub file_allowed_paths: Vec<PathBuf>,
+}
+
+/// A value that must not appear in logs or debug output: a password or a token.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[hidden]")
+    }
 }
 
 /// `[upstream]`: the cluster kshim stands in front of.
@@ -60,6 +94,8 @@ pub struct UpstreamConfig {
     /// Credentials for kshim's own connections (discovery, forwarded
     /// UpdateFeatures). Client connections carry their clients' own SASL.
     pub sasl: Option<crate::client::SaslPlain>,
+    /// `[upstream.tls]`: TLS to the brokers; `None`: plaintext.
+    pub tls: Option<crate::tls::UpstreamTls>,
 }
 
 impl Default for UpstreamConfig {
@@ -74,6 +110,7 @@ impl Default for UpstreamConfig {
             port_base: None,
             ports: BTreeMap::new(),
             sasl: None,
+            tls: None,
         }
     }
 }
@@ -97,6 +134,9 @@ impl Default for Config {
             upstream: None,
             policies: crate::policy::Policies::default(),
             tls: None,
+            admin: None,
+            log_level: None,
+            file_allowed_paths: Vec::new(),
         }
     }
 }
@@ -276,15 +316,18 @@ fn check_host_port(key: &str, value: &str, errors: &mut Vec<String>) {
 }
 
 impl Config {
-    /// Parses a TOML document, reporting every error at once.
+    /// Parses a TOML document, reporting every error at once. Placeholders are
+    /// left as they are (see `ConfigSource` for the whole way in).
     pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
-        let doc: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
+        Config::from_document(&parse_document(text)?)
+    }
+
+    /// Reads a parsed TOML document, reporting every error at once.
+    pub fn from_document(doc: &toml::Table) -> Result<Config, ConfigErrors> {
         let mut errors = Vec::new();
         let mut c = Config::default();
         {
-            let mut top = walker("", &doc, &mut errors);
+            let mut top = walker("", doc, &mut errors);
             if let Some(v) = top.string("listen") {
                 c.listen = v;
             }
@@ -308,10 +351,22 @@ impl Config {
             let upstream = top.table("upstream");
             let policy = top.table("policy");
             let tls_table = top.table("tls");
+            let admin = top.table("admin");
+            let log = top.table("log");
+            let providers = top.table("config_providers");
             top.finish();
 
             if let Some(t) = tls_table {
-                c.tls = tls::parse_tls(t, &mut errors);
+                c.tls = tls::parse_listener_tls("tls", t, &mut errors);
+            }
+            if let Some(t) = admin {
+                c.admin = Some(operations::parse_admin(t, &mut errors));
+            }
+            if let Some(t) = log {
+                c.log_level = operations::parse_log(t, &mut errors);
+            }
+            if let Some(t) = providers {
+                c.file_allowed_paths = operations::parse_providers(t, &mut errors);
             }
 
             if let Some(t) = policy {
@@ -361,6 +416,15 @@ impl Config {
         check_host_port("listen", &self.listen, errors);
         if let Some(a) = &self.advertised_listener {
             check_host_port("advertised_listener", a, errors);
+        }
+        if let Some(admin) = &self.admin {
+            check_host_port("admin.listen", &admin.listen, errors);
+            if admin.listen == self.listen && !admin.listen.ends_with(":0") {
+                errors.push(format!(
+                    "admin.listen: {} is the Kafka listener's address too",
+                    admin.listen
+                ));
+            }
         }
         if self.node_id < 0 {
             errors.push(format!("node_id: {} must not be negative", self.node_id));
@@ -499,7 +563,11 @@ fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> UpstreamConfig {
     }
     let listeners = w.table("listeners");
     let sasl = w.table("sasl");
+    let tls_table = w.table("tls");
     w.finish();
+    if let Some(t) = tls_table {
+        u.tls = tls::parse_upstream_tls("upstream.tls", t, errors);
+    }
     if let Some(t) = sasl {
         let mut w = walker("upstream.sasl", t, errors);
         let mechanism = w.string("mechanism").unwrap_or_else(|| "PLAIN".into());

@@ -1,72 +1,235 @@
-//! `[tls]`: TLS on the client-facing listeners. The names are checked here; the
-//! files are read and checked when kshim starts (`server::tls`).
+//! The TLS tables: `[tls]` (client-facing listeners), `[admin.tls]` (the admin
+//! listener) and `[upstream.tls]` (kshim's connections to the brokers). Names and
+//! combinations are checked here; the files are read and checked when the
+//! material is built (`crate::tls`).
 
-use super::walker;
-use crate::server::tls::{cipher_suite_names, ClientAuth, TlsSettings, PROTOCOLS};
+use super::{walker, Secret, Walker};
+use crate::tls::principal::PrincipalRules;
+use crate::tls::{
+    cipher_suite_names, ClientAuth, Identity, ListenerTls, Protocols, Trust, UpstreamTls, PROTOCOLS,
+};
 use std::path::PathBuf;
 
-pub(super) fn parse_tls(t: &toml::Table, errors: &mut Vec<String>) -> Option<TlsSettings> {
-    let mut w = walker("tls", t, errors);
-    let certificate = w.string("certificate");
-    let key = w.string("key");
+/// The keys of a listener's TLS table, for the reconfiguration whitelist.
+pub const LISTENER_KEYS: [&str; 11] = [
+    "certificate",
+    "key",
+    "keystore",
+    "keystore_password",
+    "ca",
+    "truststore",
+    "truststore_password",
+    "client_auth",
+    "protocols",
+    "cipher_suites",
+    "principal_mapping_rules",
+];
+
+/// The keys of `[upstream.tls]`.
+pub const UPSTREAM_KEYS: [&str; 10] = [
+    "certificate",
+    "key",
+    "keystore",
+    "keystore_password",
+    "ca",
+    "truststore",
+    "truststore_password",
+    "protocols",
+    "cipher_suites",
+    "server_name",
+];
+
+pub(super) fn parse_listener_tls(
+    section: &str,
+    t: &toml::Table,
+    errors: &mut Vec<String>,
+) -> Option<ListenerTls> {
+    let mut w = walker(section, t, errors);
+    let identity = identity(&mut w);
+    let trust = trust(&mut w);
+    let protocols = protocols(&mut w);
     let client_auth = w.string("client_auth");
-    let ca = w.string("ca");
-    let protocols = w.strings("protocols");
-    let cipher_suites = w.strings("cipher_suites");
     let principal_mapping_rules = w.string("principal_mapping_rules");
     w.finish();
     if let Some(rules) = &principal_mapping_rules {
-        if let Err(e) = crate::server::principal::PrincipalRules::parse(rules) {
-            errors.push(format!("tls.principal_mapping_rules: {e}"));
+        if let Err(e) = PrincipalRules::parse(rules) {
+            errors.push(format!("{section}.principal_mapping_rules: {e}"));
         }
     }
-    for (name, given) in [
-        ("certificate", certificate.is_some()),
-        ("key", key.is_some()),
-    ] {
-        if !given && !t.contains_key(name) {
-            errors.push(format!("tls.{name}: missing (a PEM file)"));
+    let identity = match identity {
+        Ok(Some(id)) => Some(id),
+        Ok(None) => {
+            errors.push(format!(
+                "{section}: give certificate and key (PEM files), or keystore and keystore_password (PKCS#12)"
+            ));
+            None
         }
-    }
+        Err(e) => {
+            errors.extend(e);
+            None
+        }
+    };
+    let trust = trust.map_err(|e| errors.extend(e)).ok().flatten();
     let client_auth = match client_auth.as_deref() {
         None | Some("none") => ClientAuth::None,
         Some("requested") => ClientAuth::Requested,
         Some("required") => ClientAuth::Required,
         Some(other) => {
             errors.push(format!(
-                "tls.client_auth: \"{other}\" is not one of none, requested, required"
+                "{section}.client_auth: \"{other}\" is not one of none, requested, required"
             ));
             ClientAuth::None
         }
     };
-    if client_auth != ClientAuth::None && ca.is_none() {
-        errors.push("tls.ca: needed when client_auth is requested or required (the CA bundle for client certificates)".into());
+    if client_auth != ClientAuth::None
+        && trust.is_none()
+        && !t.contains_key("ca")
+        && !t.contains_key("truststore")
+    {
+        errors.push(format!(
+            "{section}.ca: needed when client_auth is requested or required (the CA bundle for client certificates; or truststore)"
+        ));
     }
-    for p in &protocols {
-        if !PROTOCOLS.contains(&p.as_str()) {
+    Some(ListenerTls {
+        identity: identity?,
+        client_auth,
+        trust,
+        protocols: protocols?,
+        principal_mapping_rules,
+    })
+}
+
+pub(super) fn parse_upstream_tls(
+    section: &str,
+    t: &toml::Table,
+    errors: &mut Vec<String>,
+) -> Option<UpstreamTls> {
+    let mut w = walker(section, t, errors);
+    let identity = identity(&mut w);
+    let trust = trust(&mut w);
+    let protocols = protocols(&mut w);
+    let server_name = w.string("server_name");
+    w.finish();
+    let identity = identity.map_err(|e| errors.extend(e)).ok()?;
+    let trust = match trust {
+        Ok(Some(trust)) => trust,
+        Ok(None) => {
             errors.push(format!(
-                "tls.protocols: \"{p}\" is not supported; use {}",
+                "{section}.ca: give the CA certificates the brokers' certificates chain to (ca, a PEM bundle; or truststore, PKCS#12)"
+            ));
+            return None;
+        }
+        Err(e) => {
+            errors.extend(e);
+            return None;
+        }
+    };
+    Some(UpstreamTls {
+        trust,
+        identity,
+        protocols: protocols?,
+        server_name,
+    })
+}
+
+/// certificate + key, or keystore + keystore_password, or neither.
+fn identity(w: &mut Walker<'_, '_>) -> Result<Option<Identity>, Vec<String>> {
+    let certificate = w.string("certificate");
+    let key = w.string("key");
+    let keystore = w.string("keystore");
+    let password = w.string("keystore_password");
+    let section = w.path.clone();
+    let mut errors = Vec::new();
+    let identity = match (certificate, key, keystore) {
+        (Some(certificate), Some(key), None) => Some(Identity::Pem {
+            certificate: PathBuf::from(certificate),
+            key: PathBuf::from(key),
+        }),
+        (None, None, Some(keystore)) => match password {
+            Some(password) => Some(Identity::Pkcs12 {
+                keystore: PathBuf::from(keystore),
+                password: Secret::new(password),
+            }),
+            None => {
+                errors.push(format!(
+                    "{section}.keystore_password: missing (the password of {keystore})"
+                ));
+                None
+            }
+        },
+        (None, None, None) => None,
+        (Some(_), None, None) => {
+            errors.push(format!(
+                "{section}.key: missing (the PEM private key of certificate)"
+            ));
+            None
+        }
+        (None, Some(_), None) => {
+            errors.push(format!(
+                "{section}.certificate: missing (the PEM certificate chain of key)"
+            ));
+            None
+        }
+        (_, _, Some(_)) => {
+            errors.push(format!(
+                "{section}.keystore: give either certificate and key, or keystore, not both"
+            ));
+            None
+        }
+    };
+    if errors.is_empty() {
+        Ok(identity)
+    } else {
+        Err(errors)
+    }
+}
+
+/// ca, or truststore (+ truststore_password), or neither.
+fn trust(w: &mut Walker<'_, '_>) -> Result<Option<Trust>, Vec<String>> {
+    let ca = w.string("ca");
+    let truststore = w.string("truststore");
+    let password = w.string("truststore_password");
+    let section = w.path.clone();
+    match (ca, truststore) {
+        (Some(ca), None) => Ok(Some(Trust::Pem(PathBuf::from(ca)))),
+        (None, Some(truststore)) => Ok(Some(Trust::Pkcs12 {
+            truststore: PathBuf::from(truststore),
+            password: Secret::new(password.unwrap_or_default()),
+        })),
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(vec![format!(
+            "{section}.truststore: give either ca or truststore, not both"
+        )]),
+    }
+}
+
+fn protocols(w: &mut Walker<'_, '_>) -> Option<Protocols> {
+    let versions = w.strings("protocols");
+    let cipher_suites = w.strings("cipher_suites");
+    let section = w.path.clone();
+    let mut ok = true;
+    for p in &versions {
+        if !PROTOCOLS.contains(&p.as_str()) {
+            w.errors.push(format!(
+                "{section}.protocols: \"{p}\" is not supported; use {}",
                 PROTOCOLS.join(" or ")
             ));
+            ok = false;
         }
     }
     let known = cipher_suite_names();
     for c in &cipher_suites {
         if !known.contains(c) {
-            errors.push(format!(
-                "tls.cipher_suites: \"{c}\" is not known; known: {}",
+            w.errors.push(format!(
+                "{section}.cipher_suites: \"{c}\" is not known; known: {}",
                 known.join(", ")
             ));
+            ok = false;
         }
     }
-    Some(TlsSettings {
-        certificate: PathBuf::from(certificate?),
-        key: PathBuf::from(key?),
-        client_auth,
-        ca: ca.map(PathBuf::from),
-        protocols,
+    ok.then_some(Protocols {
+        versions,
         cipher_suites,
-        principal_mapping_rules,
     })
 }
 
@@ -74,9 +237,13 @@ pub(super) fn parse_tls(t: &toml::Table, errors: &mut Vec<String>) -> Option<Tls
 mod tests {
     use crate::config::Config;
 
+    fn errors_of(text: &str) -> String {
+        Config::from_toml(text).unwrap_err().0.join("\n")
+    }
+
     #[test]
     fn every_tls_error_is_reported_at_once() {
-        let errors = Config::from_toml(
+        let errors = errors_of(
             r#"
             [tls]
             key = "k.pem"
@@ -84,10 +251,7 @@ mod tests {
             protocols = ["TLSv1.1"]
             cipher_suites = ["TLS_NULL"]
             "#,
-        )
-        .unwrap_err()
-        .0
-        .join("\n");
+        );
         for expected in [
             "tls.certificate: missing",
             "tls.client_auth: \"sometimes\"",
@@ -99,12 +263,52 @@ mod tests {
                 "missing {expected:?} in:\n{errors}"
             );
         }
-        let errors = Config::from_toml(
-            "[tls]\ncertificate = \"c\"\nkey = \"k\"\nclient_auth = \"required\"\n",
-        )
-        .unwrap_err()
-        .0
-        .join("\n");
+        let errors =
+            errors_of("[tls]\ncertificate = \"c\"\nkey = \"k\"\nclient_auth = \"required\"\n");
         assert!(errors.contains("tls.ca: needed"), "{errors}");
+    }
+
+    #[test]
+    fn keystores_and_truststores_are_alternatives_to_pem() {
+        let c = Config::from_toml(
+            r#"
+            [tls]
+            keystore = "/k.p12"
+            keystore_password = "${env:KS}"
+            truststore = "/t.p12"
+            client_auth = "required"
+            [upstream]
+            bootstrap = "b:9092"
+            [upstream.tls]
+            truststore = "/t.p12"
+            truststore_password = "pw"
+            certificate = "/c.pem"
+            key = "/c.key"
+            server_name = "kafka.internal"
+            "#,
+        )
+        .unwrap();
+        let tls = c.tls.unwrap();
+        assert!(matches!(tls.identity, crate::tls::Identity::Pkcs12 { .. }));
+        assert!(
+            format!("{tls:?}").contains("[hidden]"),
+            "passwords never print"
+        );
+        assert!(c.upstream.unwrap().tls.unwrap().identity.is_some());
+        for (text, expected) in [
+            ("[tls]\nkeystore = \"/k.p12\"\n", "tls.keystore_password: missing"),
+            (
+                "[tls]\ncertificate = \"c\"\nkey = \"k\"\nkeystore = \"/k.p12\"\nkeystore_password = \"x\"\n",
+                "not both",
+            ),
+            (
+                "[upstream]\nbootstrap = \"b:1\"\n[upstream.tls]\ncertificate = \"c\"\nkey = \"k\"\n",
+                "upstream.tls.ca: give the CA",
+            ),
+            ("[admin.tls]\ncertificate = \"c\"\n", "admin.tls.key: missing"),
+        ] {
+            let errors = errors_of(text);
+            assert!(errors.contains(expected), "missing {expected:?} in:\n{errors}");
+        }
     }
 }

@@ -47,12 +47,12 @@ pub(super) fn settle(
             })
             .collect();
         let body = results::ours_only(api, version, &entries).map_err(internal)?;
-        return Ok(Action::Respond(frame_with_body(
-            api,
-            version,
-            request.header.correlation_id,
-            &body,
-        )));
+        let frame = frame_with_body(api, version, request.header.correlation_id, &body);
+        return Ok(if refused > 0 {
+            Action::Refused(frame)
+        } else {
+            Action::Respond(frame)
+        });
     }
     let body = narrowed()?;
     let mut frame = BytesMut::with_capacity(request.header_bytes().len() + body.len());

@@ -12,6 +12,7 @@ pub mod describe_cluster;
 pub mod forward;
 pub mod incremental_alter_configs;
 pub mod metadata;
+pub mod sasl;
 pub mod update_features;
 
 use crate::controller::FeatureController;
@@ -20,6 +21,7 @@ use crate::protocol::response::EncodeError;
 use crate::protocol::{CodecError, HeaderPeek};
 use crate::upstream::{Route, Upstream};
 use api_versions::Discovery;
+use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use kafka_protocol::messages::ApiKey;
@@ -39,6 +41,10 @@ pub enum Action {
     Later(BoxFuture<'static, Action>),
     /// Send the request to the upstream broker behind this connection.
     Forward(forward::Forward),
+    /// Write this response frame (size prefix included): kshim refused the
+    /// request (authorization, or a policy refusing every item). Counted apart
+    /// from the requests it answered.
+    Refused(Bytes),
 }
 
 impl Action {
@@ -55,6 +61,7 @@ impl std::fmt::Debug for Action {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Action::Respond(b) => write!(f, "Respond({} bytes)", b.len()),
+            Action::Refused(b) => write!(f, "Refused({} bytes)", b.len()),
             Action::Close(why) => write!(f, "Close({why:?})"),
             Action::Later(_) => write!(f, "Later(..)"),
             Action::Forward(fw) => write!(f, "Forward({fw:?})"),
@@ -70,18 +77,34 @@ pub struct NodeAddress {
     pub port: i32,
 }
 
-/// Who may finalize features: ALTER on CLUSTER.
-#[derive(Debug, Clone, Default)]
+/// Who may finalize features: ALTER on CLUSTER. Changes at runtime apply to the
+/// next request.
+#[derive(Debug, Default)]
 pub struct Authorizer {
     /// `None`: no authorizer configured, everyone may (as in Kafka).
-    pub alter_cluster: Option<HashSet<String>>,
+    alter_cluster: ArcSwapOption<HashSet<String>>,
 }
 
 impl Authorizer {
+    pub fn new(alter_cluster: Option<HashSet<String>>) -> Authorizer {
+        Authorizer {
+            alter_cluster: ArcSwapOption::from(alter_cluster.map(Arc::new)),
+        }
+    }
+
     pub fn may_alter_cluster(&self, principal: &str) -> bool {
         self.alter_cluster
+            .load()
             .as_ref()
             .is_none_or(|allowed| allowed.contains(principal))
+    }
+
+    pub fn alter_cluster(&self) -> Option<HashSet<String>> {
+        self.alter_cluster.load().as_deref().cloned()
+    }
+
+    pub fn replace(&self, alter_cluster: Option<HashSet<String>>) {
+        self.alter_cluster.store(alter_cluster.map(Arc::new));
     }
 }
 
@@ -90,12 +113,13 @@ pub struct Context {
     pub controller: Arc<FeatureController>,
     pub discovery: Discovery,
     pub node: NodeAddress,
-    pub authorizer: Authorizer,
+    pub authorizer: Arc<Authorizer>,
     /// `None`: a standalone discovery server.
     pub upstream: Option<Arc<Upstream>>,
     /// The create-topic policy and config validators in force; shared with
     /// whoever changes them at runtime.
     pub policies: Arc<PolicyCell>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Per connection.
@@ -163,7 +187,7 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, frame: Bytes) -> Action {
         ApiKey::UpdateFeatures => {
             let (ctx, peer) = (Arc::clone(ctx), Arc::clone(peer));
             Action::Later(Box::pin(async move {
-                update_features::handle(&ctx, &peer, frame).await.into()
+                update_features::handle(&ctx, &peer, frame).await
             }))
         }
         ApiKey::CreateTopics | ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs

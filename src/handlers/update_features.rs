@@ -9,7 +9,7 @@
 //! kshim-owned features is kshim's to apply; a request that mixes both is refused
 //! whole, so that all-or-nothing still holds.
 
-use super::{decode_request, Context, HandlerError, Peer};
+use super::{decode_request, Action, Context, HandlerError, Peer};
 use crate::features::{FeatureUpdate, Owner, UpdateRejection, UpgradeType};
 use crate::policy;
 use crate::protocol::error_codes;
@@ -30,7 +30,22 @@ pub const MAX_VERSION: i16 = 2;
 const FAILED_PREFIX: &str =
     "The update failed for all features since the following feature had an error: ";
 
-pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, HandlerError> {
+/// Answers one UpdateFeatures request; a request refused for want of ALTER on
+/// CLUSTER or by the config audit comes back as `Action::Refused`.
+pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Action {
+    match decide(ctx, peer, frame).await {
+        Ok(Decision::Answered(frame)) => Action::Respond(frame),
+        Ok(Decision::Refused(frame)) => Action::Refused(frame),
+        Err(e) => Err::<Bytes, _>(e).into(),
+    }
+}
+
+enum Decision {
+    Answered(Bytes),
+    Refused(Bytes),
+}
+
+async fn decide(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Decision, HandlerError> {
     let api = ApiKey::UpdateFeatures;
     let (request, body) = decode_request(api, MAX_VERSION, frame, requests::update_features)?;
     let version = request.header.api_version;
@@ -42,12 +57,12 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
             code: error_codes::CLUSTER_AUTHORIZATION_FAILED,
             message: format!("Request from {} needs ALTER permission.", peer.principal),
         };
-        return answer(request.header, &body, Err(&rejection));
+        return answer(request.header, &body, Err(&rejection)).map(Decision::Refused);
     }
 
     if let Err(rejection) = audit(ctx, &body).await {
         tracing::info!(peer = %peer.addr, "UpdateFeatures refused by the config audit: {}", rejection.message);
-        return answer(request.header, &body, Err(&rejection));
+        return answer(request.header, &body, Err(&rejection)).map(Decision::Refused);
     }
 
     if let Some(upstream) = &ctx.upstream {
@@ -68,10 +83,12 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
                 ),
             };
             tracing::debug!(peer = %peer.addr, "UpdateFeatures refused: {}", rejection.message);
-            return answer(request.header, &body, Err(&rejection));
+            return answer(request.header, &body, Err(&rejection)).map(Decision::Answered);
         }
         if !theirs.is_empty() {
-            return forward_to_upstream(ctx, upstream, &request, &body).await;
+            return forward_to_upstream(ctx, upstream, &request, &body)
+                .await
+                .map(Decision::Answered);
         }
     }
 
@@ -97,7 +114,7 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, H
         tracing::debug!(peer = %peer.addr, code = rejection.code, "UpdateFeatures refused: {}", rejection.message);
     }
     let outcome = outcome.as_ref().map(|_| ());
-    answer(request.header, &body, outcome)
+    answer(request.header, &body, outcome).map(Decision::Answered)
 }
 
 /// The upgrade audit: before any feature with config validators changes level,
@@ -131,12 +148,7 @@ async fn audit(ctx: &Context, body: &UpdateFeaturesRequest) -> Result<(), Update
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let configs = configs::audit_configs(
-        &upstream.view(),
-        upstream.sasl.as_ref(),
-        upstream.link.connect_timeout,
-        &keys,
-    )
+    let configs = configs::audit_configs(&upstream.view(), &upstream.link, &keys)
     .await
     .map_err(|e| UpdateRejection {
         feature: None,
@@ -176,10 +188,9 @@ async fn forward_to_upstream(
     let deadline = Instant::now() + timeout;
     let delivered = cluster::forward_update_features(
         &upstream.targets(Route::Bootstrap),
-        upstream.sasl.as_ref(),
+        &upstream.link,
         version,
         request.body(),
-        upstream.link.connect_timeout,
         deadline,
     )
     .await;

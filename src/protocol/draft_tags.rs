@@ -23,6 +23,39 @@ pub struct DraftFeatures {
 }
 
 impl DraftFeatures {
+    /// The KIP's describe document: `status`, `supported_features` (name →
+    /// {min_version, max_version}), `finalized_features` ({epoch, name →
+    /// {min_version_level, max_version_level}}), and the `host` and `port` that
+    /// answered.
+    pub fn describe_document(
+        &self,
+        status: &str,
+        host: &str,
+        port: i32,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::{json, Map, Value};
+        let supported: Map<String, Value> = self
+            .supported
+            .iter()
+            .map(|(n, &(min, max))| (n.clone(), json!({"min_version": min, "max_version": max})))
+            .collect();
+        let mut finalized = Map::new();
+        finalized.insert("epoch".into(), json!(self.epoch));
+        for (n, &(min, max)) in &self.finalized {
+            finalized.insert(
+                n.clone(),
+                json!({"min_version_level": min, "max_version_level": max}),
+            );
+        }
+        let mut doc = Map::new();
+        doc.insert("status".into(), json!(status));
+        doc.insert("supported_features".into(), Value::Object(supported));
+        doc.insert("finalized_features".into(), Value::Object(finalized));
+        doc.insert("host".into(), json!(host));
+        doc.insert("port".into(), json!(port));
+        doc
+    }
+
     /// The tagged fields to add to a response. Fields at their default (empty list,
     /// epoch -1) are left out, as Kafka does for tags 0-2.
     pub fn encode(&self) -> BTreeMap<i32, Bytes> {

@@ -8,7 +8,9 @@
 
 use super::Limits;
 use crate::handlers::forward::{AfterResponse, MergeFn};
+use crate::handlers::sasl::SaslExchange;
 use crate::handlers::{dispatch, Action, Context, Peer};
+use crate::metrics::Outcome;
 use crate::protocol::response::{response_body_offset, with_new_body};
 use crate::protocol::CodecError;
 use crate::protocol::FrameCodec;
@@ -17,12 +19,37 @@ use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
+use futures::FutureExt;
 use futures::StreamExt;
 use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::watch;
 use tokio_util::codec::FramedRead;
+
+/// A request on its way to its reply, as the metrics see it.
+#[derive(Clone, Copy)]
+struct Timing {
+    api_key: i16,
+    version: i16,
+    read_at: Instant,
+}
+
+impl Timing {
+    fn of(frame: &[u8]) -> Timing {
+        let field = |at: usize| {
+            frame
+                .get(at..at + 2)
+                .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
+        };
+        Timing {
+            api_key: field(0),
+            version: field(2),
+            read_at: Instant::now(),
+        }
+    }
+}
 
 /// What goes back to the client for one request.
 enum Reply {
@@ -47,10 +74,14 @@ pub(super) async fn run<R, W>(
     W: AsyncWrite + Unpin,
 {
     let addr = peer.addr;
-    let peer = Arc::new(peer);
+    // Replaced when the client authenticates with SASL through kshim.
+    let mut peer = Arc::new(peer);
+    let mut sasl = SaslExchange::default();
     let mut frames = FramedRead::new(read_half, FrameCodec::new(limits.max_frame_bytes));
     let mut out = BufWriter::new(write_half);
-    let mut in_flight: FuturesOrdered<BoxFuture<'static, Reply>> = FuturesOrdered::new();
+    let mut in_flight: FuturesOrdered<BoxFuture<'static, (Reply, Outcome, Timing)>> =
+        FuturesOrdered::new();
+    let metrics = Arc::clone(&ctx.metrics);
     let mut reading = true;
     let mut link: Option<UpstreamLink> = None;
     // A connection to a broker's listener ends when that broker leaves or moves.
@@ -66,10 +97,26 @@ pub(super) async fn run<R, W>(
         }
         tokio::select! {
             biased;
-            Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
+            Some((reply, outcome, timing)) = in_flight.next(), if !in_flight.is_empty() => {
+                metrics.request(timing.api_key, timing.version, outcome, timing.read_at.elapsed());
+                if timing.api_key == ApiKey::SaslAuthenticate as i16 {
+                    if let Reply::Unprefixed(frame) = &reply {
+                        if let Some(principal) = sasl.response(timing.version, frame) {
+                            tracing::debug!(peer = %addr, %principal, "SASL authentication accepted by the upstream");
+                            metrics.sasl_authenticated();
+                            peer = Arc::new(Peer { principal, ..(*peer).clone() });
+                        }
+                    }
+                }
                 let written = match reply {
-                    Reply::Prefixed(frame) => out.write_all(&frame).await,
-                    Reply::Unprefixed(frame) => write_frame(&mut out, &frame).await,
+                    Reply::Prefixed(frame) => {
+                        metrics.sent(frame.len());
+                        out.write_all(&frame).await
+                    }
+                    Reply::Unprefixed(frame) => {
+                        metrics.sent(frame.len() + 4);
+                        write_frame(&mut out, &frame).await
+                    }
                     Reply::Close(why) => break why,
                 };
                 if let Err(e) = written {
@@ -83,9 +130,20 @@ pub(super) async fn run<R, W>(
             }
             frame = frames.next(), if reading && in_flight.len() < limits.max_in_flight => match frame {
                 Some(Ok(frame)) => {
-                    let reply = reply_to(dispatch(&ctx, &peer, frame), &ctx, &peer, &mut link);
-                    if let Some(reply) = reply {
-                        in_flight.push_back(reply);
+                    metrics.received(frame.len() + 4);
+                    let timing = Timing::of(&frame);
+                    if ctx.upstream.is_some()
+                        && (timing.api_key == ApiKey::SaslHandshake as i16
+                            || timing.api_key == ApiKey::SaslAuthenticate as i16)
+                    {
+                        sasl.request(timing.api_key, &frame);
+                    }
+                    match reply_to(dispatch(&ctx, &peer, frame), &ctx, &peer, &mut link) {
+                        Some(reply) => in_flight.push_back(Box::pin(
+                            reply.map(move |(reply, outcome)| (reply, outcome, timing)),
+                        )),
+                        // A request with no response (Produce with acks=0) went upstream.
+                        None => metrics.request(timing.api_key, timing.version, Outcome::Forwarded, timing.read_at.elapsed()),
                     }
                 }
                 Some(Err(e)) => break e.to_string(),
@@ -124,39 +182,50 @@ async fn gone(watch: &mut Option<watch::Receiver<u64>>) {
     }
 }
 
-/// Turns a handler's action into the reply the connection waits for; `None` when
-/// no response is due.
+/// A reply that is ready now.
+fn ready(reply: Reply, outcome: Outcome) -> Option<BoxFuture<'static, (Reply, Outcome)>> {
+    Some(Box::pin(std::future::ready((reply, outcome))))
+}
+
+/// Turns a handler's action into the reply the connection waits for, and what
+/// kshim did with the request; `None` when no response is due.
 fn reply_to(
     action: Action,
     ctx: &Arc<Context>,
     peer: &Peer,
     link: &mut Option<UpstreamLink>,
-) -> Option<BoxFuture<'static, Reply>> {
+) -> Option<BoxFuture<'static, (Reply, Outcome)>> {
     match action {
-        Action::Respond(frame) => Some(Box::pin(std::future::ready(Reply::Prefixed(frame)))),
-        Action::Close(why) => Some(Box::pin(std::future::ready(Reply::Close(why)))),
+        Action::Respond(frame) => ready(Reply::Prefixed(frame), Outcome::Answered),
+        Action::Refused(frame) => ready(Reply::Prefixed(frame), Outcome::Rejected),
+        Action::Close(why) => ready(Reply::Close(why), Outcome::Rejected),
         Action::Later(answer) => Some(Box::pin(async move {
             match answer.await {
-                Action::Respond(frame) => Reply::Prefixed(frame),
-                Action::Close(why) => Reply::Close(why),
-                other => Reply::Close(format!("a deferred answer cannot be {other:?}")),
+                Action::Respond(frame) => (Reply::Prefixed(frame), Outcome::Answered),
+                Action::Refused(frame) => (Reply::Prefixed(frame), Outcome::Rejected),
+                Action::Close(why) => (Reply::Close(why), Outcome::Rejected),
+                other => (
+                    Reply::Close(format!("a deferred answer cannot be {other:?}")),
+                    Outcome::Rejected,
+                ),
             }
         })),
         Action::Forward(fw) => {
             let Some(upstream) = ctx.upstream.clone() else {
-                return Some(Box::pin(std::future::ready(Reply::Close(
-                    "nothing to forward to".into(),
-                ))));
+                return ready(
+                    Reply::Close("nothing to forward to".into()),
+                    Outcome::Rejected,
+                );
             };
             let open = match link {
                 Some(l) => l,
                 None => {
                     let targets = upstream.targets(peer.route);
                     if targets.is_empty() {
-                        return Some(Box::pin(std::future::ready(Reply::Close(format!(
-                            "no upstream broker known for {:?}",
-                            peer.route
-                        )))));
+                        return ready(
+                            Reply::Close(format!("no upstream broker known for {:?}", peer.route)),
+                            Outcome::Forwarded,
+                        );
                     }
                     let node = match peer.route {
                         Route::Node(id) => Some(id),
@@ -167,32 +236,45 @@ fn reply_to(
             };
             let pending = match open.send(fw.frame, fw.correlation_id, fw.expects_response) {
                 Ok(pending) => pending?,
-                Err(e) => return Some(Box::pin(std::future::ready(Reply::Close(e.to_string())))),
+                Err(e) => return ready(Reply::Close(e.to_string()), Outcome::Forwarded),
             };
             let (api, version, after) = (fw.api, fw.version, fw.after);
             Some(Box::pin(async move {
-                let frame = match pending.await {
-                    Ok(Ok(frame)) => frame,
-                    Ok(Err(e)) => return Reply::Close(e.to_string()),
-                    Err(_) => return Reply::Close("the upstream link ended".into()),
-                };
-                let rewritten = match after {
-                    AfterResponse::PassOn => return Reply::Unprefixed(frame),
-                    AfterResponse::RewriteAddresses => upstream
-                        .rewrite_response(api, version, frame)
-                        .map_err(|e| e.to_string()),
-                    AfterResponse::Merge(merge) => merge_response(api, version, &frame, merge),
-                };
-                match rewritten {
-                    Ok(frame) => Reply::Unprefixed(frame),
-                    Err(e) => {
-                        // Never pass on a response that could not be made safe:
-                        // it could send the client around kshim, or lose results.
-                        tracing::warn!("{e}");
-                        Reply::Close(e)
-                    }
-                }
+                let reply = forwarded(pending, &upstream, api, version, after).await;
+                (reply, Outcome::Forwarded)
             }))
+        }
+    }
+}
+
+/// The client's reply to a forwarded request: the upstream's response, made
+/// safe to hand on.
+async fn forwarded(
+    pending: crate::upstream::link::PendingResponse,
+    upstream: &crate::upstream::Upstream,
+    api: ApiKey,
+    version: i16,
+    after: AfterResponse,
+) -> Reply {
+    let frame = match pending.await {
+        Ok(Ok(frame)) => frame,
+        Ok(Err(e)) => return Reply::Close(e.to_string()),
+        Err(_) => return Reply::Close("the upstream link ended".into()),
+    };
+    let rewritten = match after {
+        AfterResponse::PassOn => return Reply::Unprefixed(frame),
+        AfterResponse::RewriteAddresses => upstream
+            .rewrite_response(api, version, frame)
+            .map_err(|e| e.to_string()),
+        AfterResponse::Merge(merge) => merge_response(api, version, &frame, merge),
+    };
+    match rewritten {
+        Ok(frame) => Reply::Unprefixed(frame),
+        Err(e) => {
+            // Never pass on a response that could not be made safe: it could
+            // send the client around kshim, or lose results.
+            tracing::warn!("{e}");
+            Reply::Close(e)
         }
     }
 }

@@ -3,10 +3,9 @@
 //! every frame goes to `handlers::dispatch`.
 
 mod connection;
-pub mod principal;
-pub mod tls;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
+use crate::metrics::Refusal;
 use crate::upstream::Route;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,7 +63,7 @@ pub async fn serve(
     ctx: Arc<Context>,
     limits: Limits,
     permits: Arc<Semaphore>,
-    tls: Option<Arc<tls::TlsCell>>,
+    tls: Option<Arc<crate::tls::TlsCell>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let tracker = TaskTracker::new();
@@ -82,6 +81,7 @@ pub async fn serve(
                     }
                 };
                 let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                    ctx.metrics.connection_refused(Refusal::ConnectionLimit);
                     tracing::warn!(peer = %addr, max = limits.max_connections, "connection refused: too many connections");
                     continue;
                 };
@@ -94,6 +94,7 @@ pub async fn serve(
                 tracker.spawn(async move {
                     match tls {
                         None => {
+                            let _open = ctx.metrics.connection_opened();
                             let (r, w) = stream.into_split();
                             connection::run(r, w, peer, ctx, &limits, shutdown).await;
                         }
@@ -106,6 +107,7 @@ pub async fn serve(
                                         match material.principal(leaf) {
                                             Ok(p) => peer.principal = p,
                                             Err(e) => {
+                                                ctx.metrics.connection_refused(Refusal::NoPrincipal);
                                                 tracing::info!(peer = %addr, "connection refused: {e}");
                                                 drop(permit);
                                                 return;
@@ -113,12 +115,19 @@ pub async fn serve(
                                         }
                                     }
                                     tracing::debug!(peer = %addr, principal = %peer.principal, "TLS connection");
+                                    let _open = ctx.metrics.connection_opened();
                                     let (r, w) = tokio::io::split(stream);
                                     connection::run(r, w, peer, ctx, &limits, shutdown).await;
                                 }
                                 // The client's doing: logged at debug.
-                                Ok(Err(e)) => tracing::debug!(peer = %addr, "TLS handshake failed: {e}"),
-                                Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
+                                Ok(Err(e)) => {
+                                    ctx.metrics.connection_refused(Refusal::TlsHandshake);
+                                    tracing::debug!(peer = %addr, "TLS handshake failed: {e}");
+                                }
+                                Err(_) => {
+                                    ctx.metrics.connection_refused(Refusal::TlsHandshake);
+                                    tracing::debug!(peer = %addr, "TLS handshake timed out");
+                                }
                             }
                         }
                     }

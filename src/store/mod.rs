@@ -1,13 +1,16 @@
 //! Durable state: the finalized feature levels, their epoch, the cluster id, and
-//! the last mirrored upstream features.
+//! the last mirrored upstream features (`FileStore`); and the dynamic configuration
+//! overrides (`OverrideLog`).
 //!
 //! The store knows nothing of Kafka rules; it keeps what the controller hands it and
 //! guarantees that after a crash it holds either the previous state or the new
 //! one, never a mixture.
 
 mod file;
+mod overrides;
 
 pub use file::FileStore;
+pub use overrides::{OverrideLog, Overrides};
 
 use crate::features::{FinalizedFeatures, Mirror};
 

@@ -5,9 +5,9 @@
 //!
 //! Also here: UpdateFeatures sent on to the upstream for the features it owns.
 
-use super::link::connect_first;
+use super::link::{connect_first, LinkSettings};
 use super::UpstreamError;
-use crate::client::{negotiate, KafkaClient, SaslPlain};
+use crate::client::{negotiate, KafkaClient};
 use crate::features::{FinalizedFeatures, SupportedFeatures, SupportedRange};
 use crate::protocol::api_versions::{ApiRange, DecodedApiVersions};
 use crate::protocol::error_codes;
@@ -147,8 +147,7 @@ impl ClusterView {
 /// Keeps the view of the upstream fresh.
 pub struct Discoverer {
     bootstrap: Vec<String>,
-    timeout: Duration,
-    sasl: Option<SaslPlain>,
+    link: LinkSettings,
     /// Control connections by broker address.
     clients: HashMap<String, KafkaClient>,
 }
@@ -156,11 +155,10 @@ pub struct Discoverer {
 const CLIENT_ID: &str = "kshim";
 
 impl Discoverer {
-    pub fn new(bootstrap: Vec<String>, timeout: Duration, sasl: Option<SaslPlain>) -> Self {
+    pub fn new(bootstrap: Vec<String>, link: LinkSettings) -> Self {
         Discoverer {
             bootstrap,
-            timeout,
-            sasl,
+            link,
             clients: HashMap::new(),
         }
     }
@@ -243,8 +241,7 @@ impl Discoverer {
 
     async fn client(&mut self, target: &str) -> Result<&mut KafkaClient, UpstreamError> {
         if !self.clients.contains_key(target) {
-            let client =
-                control_connection(&[target.to_owned()], self.timeout, self.sasl.as_ref()).await?;
+            let client = control_connection(&[target.to_owned()], &self.link).await?;
             self.clients.insert(target.to_owned(), client);
         }
         self.clients
@@ -322,12 +319,11 @@ fn broken(target: &str, e: crate::client::ClientError) -> UpstreamError {
 /// authenticated when credentials are configured.
 pub(crate) async fn control_connection(
     targets: &[String],
-    timeout: Duration,
-    sasl: Option<&SaslPlain>,
+    link: &LinkSettings,
 ) -> Result<KafkaClient, UpstreamError> {
-    let (stream, target) = connect_first(targets, timeout).await?;
-    let mut client = KafkaClient::from_stream(stream, &target, timeout, CLIENT_ID);
-    if let Some(credentials) = sasl {
+    let (stream, target) = connect_first(targets, link).await?;
+    let mut client = KafkaClient::from_stream(stream, &target, link.connect_timeout, CLIENT_ID);
+    if let Some(credentials) = &link.sasl {
         client
             .authenticate_plain(credentials)
             .await
@@ -396,15 +392,14 @@ fn nullable(
 /// controller moved while the request was on its way) is retried until `deadline`.
 pub async fn forward_update_features(
     targets: &[String],
-    sasl: Option<&SaslPlain>,
+    link: &LinkSettings,
     version: i16,
     body: &[u8],
-    timeout: Duration,
     deadline: Instant,
 ) -> Result<Bytes, UpstreamError> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let mut client = control_connection(targets, timeout, sasl).await?;
+        let mut client = control_connection(targets, link).await?;
         let target = client.addr().to_owned();
         let raw = client
             .request(ApiKey::UpdateFeatures, version, body)

@@ -6,8 +6,9 @@
 //! kshim allocate in proportion to a count it has not checked.
 
 use super::cluster::{control_connection, ClusterView};
+use super::link::LinkSettings;
 use super::UpstreamError;
-use crate::client::{negotiate, KafkaClient, SaslPlain};
+use crate::client::{negotiate, KafkaClient};
 use crate::policy::{ConfigResource, ReportedConfig};
 use crate::protocol::{error_codes, CodecError, Reader};
 use bytes::BytesMut;
@@ -17,7 +18,6 @@ use kafka_protocol::messages::describe_configs_request::{
 use kafka_protocol::messages::metadata_request::MetadataRequest;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Encodable, StrBytes};
-use std::time::Duration;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
@@ -242,8 +242,7 @@ pub async fn topic_defaults(
 /// out, as that value is audited at its broker.
 pub async fn audit_configs(
     view: &ClusterView,
-    sasl: Option<&SaslPlain>,
-    timeout: Duration,
+    link: &LinkSettings,
     keys: &[&str],
 ) -> Result<Vec<ReportedConfig>, UpstreamError> {
     let version = describe_version(view).ok_or_else(|| {
@@ -268,7 +267,7 @@ pub async fn audit_configs(
     let broker_keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
     // A broker's static configs are known to that broker alone.
     for (id, address) in &live {
-        let mut client = control_connection(std::slice::from_ref(address), timeout, sasl).await?;
+        let mut client = control_connection(std::slice::from_ref(address), link).await?;
         let described = describe(
             &mut client,
             version,
@@ -287,7 +286,7 @@ pub async fn audit_configs(
             }
         }
     }
-    let mut client = control_connection(&[live[0].1.clone()], timeout, sasl).await?;
+    let mut client = control_connection(&[live[0].1.clone()], link).await?;
     let topics = topic_names(&mut client, view).await?;
     let topic_keys: Vec<String> = keys
         .iter()

@@ -7,14 +7,16 @@
 //! upstream from answering the wrong request.
 
 use super::UpstreamError;
+use crate::client::{SaslPlain, Stream};
 use crate::protocol::{FrameCodec, Reader};
+use crate::tls::ClientTlsCell;
 use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
 
@@ -39,12 +41,17 @@ pub struct UpstreamLink {
     target: String,
 }
 
-/// How a link connects: where, how long it may take, and the largest response it
-/// accepts.
+/// How kshim reaches the upstream brokers: how long a connection may take, the
+/// largest response accepted, TLS for every connection, and the credentials of
+/// kshim's own connections (client connections carry their clients' own SASL).
 #[derive(Debug, Clone)]
 pub struct LinkSettings {
     pub connect_timeout: Duration,
     pub max_response_bytes: usize,
+    /// `None`: plaintext.
+    pub tls: Option<Arc<ClientTlsCell>>,
+    /// For discovery, audits and forwarded UpdateFeatures.
+    pub sasl: Option<SaslPlain>,
 }
 
 impl UpstreamLink {
@@ -92,21 +99,21 @@ impl UpstreamLink {
     }
 }
 
-/// Connects to the first target that accepts within the timeout.
+/// Connects (and with TLS, shakes hands) to the first target that accepts within
+/// the timeout. Each connection uses the TLS material in force when it starts.
 pub(crate) async fn connect_first(
     targets: &[String],
-    timeout: Duration,
-) -> Result<(TcpStream, String), UpstreamError> {
+    settings: &LinkSettings,
+) -> Result<(Stream, String), UpstreamError> {
+    let tls = settings.tls.as_ref().map(|cell| cell.current());
     let mut reasons = Vec::new();
     for target in targets {
-        match tokio::time::timeout(timeout, TcpStream::connect(target.as_str())).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
+        match crate::client::connect(target, settings.connect_timeout, tls.as_deref()).await {
+            Ok(stream) => {
                 log_connection(&stream, target);
                 return Ok((stream, target.clone()));
             }
-            Ok(Err(e)) => reasons.push(format!("{target}: {e}")),
-            Err(_) => reasons.push(format!("{target}: no answer within {timeout:?}")),
+            Err(e) => reasons.push(format!("{target}: {e}")),
         }
     }
     Err(UpstreamError::Unreachable {
@@ -117,8 +124,9 @@ pub(crate) async fn connect_first(
 
 /// Every upstream connection kshim opens is logged with both ends, so that an
 /// operator (or a test) can tell kshim's connections from anyone else's.
-fn log_connection(stream: &TcpStream, target: &str) {
+fn log_connection(stream: &Stream, target: &str) {
     let local = stream
+        .tcp()
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a: SocketAddr| a.to_string());
     tracing::debug!(target: "kshim::upstream", "upstream connection from {local} to {target}");
@@ -144,7 +152,7 @@ async fn run(
         }
     };
     let mut waiting: VecDeque<Waiting> = VecDeque::new();
-    let (stream, target) = match connect_first(&targets, settings.connect_timeout).await {
+    let (stream, target) = match connect_first(&targets, &settings).await {
         Ok(pair) => pair,
         Err(e) => {
             tracing::warn!(node = ?node, "{e}");
@@ -152,14 +160,45 @@ async fn run(
             return;
         }
     };
-    let (read_half, write_half) = stream.into_split();
+    // Plaintext keeps TcpStream's own halves, which need no lock between them.
+    let ending = match stream {
+        Stream::Plain(tcp) => {
+            let (r, w) = tcp.into_split();
+            exchange(r, w, &target, &settings, &mut requests, &mut waiting).await
+        }
+        Stream::Tls(tls) => {
+            let (r, w) = tokio::io::split(*tls);
+            exchange(r, w, &target, &settings, &mut requests, &mut waiting).await
+        }
+    };
+    if let Some(ending) = ending {
+        tracing::debug!(node = ?node, "upstream link ended: {ending}");
+        fail_all(&mut requests, &mut waiting, ending);
+    }
+}
+
+/// Carries requests out and responses back until the link ends: `None` when it
+/// ended because the client side is done and nothing is waiting.
+async fn exchange<R, W>(
+    read_half: R,
+    write_half: W,
+    target: &str,
+    settings: &LinkSettings,
+    requests: &mut mpsc::UnboundedReceiver<Outbound>,
+    waiting: &mut VecDeque<Waiting>,
+) -> Option<UpstreamError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let target = target.to_owned();
     let mut responses = FramedRead::new(read_half, FrameCodec::new(settings.max_response_bytes));
     let mut out = BufWriter::with_capacity(64 * 1024, write_half);
     let mut accepting = true;
 
     let ending: UpstreamError = loop {
         if !accepting && waiting.is_empty() {
-            return;
+            return None;
         }
         tokio::select! {
             biased;
@@ -223,8 +262,7 @@ async fn run(
             },
         }
     };
-    tracing::debug!(node = ?node, "upstream link ended: {ending}");
-    fail_all(&mut requests, &mut waiting, ending);
+    Some(ending)
 }
 
 struct Waiting {

@@ -38,7 +38,7 @@ use crate::protocol::response::{response_body_offset, with_new_body};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -48,12 +48,14 @@ use tokio::sync::{mpsc, oneshot};
 pub struct Upstream {
     pub listeners: Listeners,
     pub link: LinkSettings,
-    /// Credentials for kshim's own connections.
-    pub sasl: Option<crate::client::SaslPlain>,
     bootstrap: Vec<String>,
     view: ArcSwap<ClusterView>,
     /// Spreads bootstrap connections over the live brokers.
     rotation: AtomicUsize,
+    /// Whether the last refresh reached the upstream.
+    reachable: AtomicBool,
+    refreshes_ok: AtomicU64,
+    refreshes_failed: AtomicU64,
     refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
 }
 
@@ -63,19 +65,44 @@ impl Upstream {
     pub fn new(
         listeners: Listeners,
         link: LinkSettings,
-        sasl: Option<crate::client::SaslPlain>,
         bootstrap: Vec<String>,
         refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
     ) -> Upstream {
         Upstream {
             listeners,
             link,
-            sasl,
             bootstrap,
             view: ArcSwap::from_pointee(ClusterView::default()),
             rotation: AtomicUsize::new(0),
+            reachable: AtomicBool::new(false),
+            refreshes_ok: AtomicU64::new(0),
+            refreshes_failed: AtomicU64::new(0),
             refresh,
         }
+    }
+
+    /// Counts a refresh of the view, and whether it reached the upstream.
+    pub fn record_refresh(&self, reached: bool) {
+        self.reachable.store(reached, Ordering::Relaxed);
+        let counter = if reached {
+            &self.refreshes_ok
+        } else {
+            &self.refreshes_failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the last refresh reached the upstream.
+    pub fn reachable(&self) -> bool {
+        self.reachable.load(Ordering::Relaxed)
+    }
+
+    /// Refreshes that reached the upstream, and those that did not.
+    pub fn refreshes(&self) -> (u64, u64) {
+        (
+            self.refreshes_ok.load(Ordering::Relaxed),
+            self.refreshes_failed.load(Ordering::Relaxed),
+        )
     }
 
     pub fn view(&self) -> Arc<ClusterView> {

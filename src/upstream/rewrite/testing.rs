@@ -14,7 +14,7 @@ use std::fmt::Debug;
 pub const CLIENT_HOST: &str = "kshim.test";
 
 pub fn client_port(node_id: i32) -> i32 {
-    30_000 + node_id
+    30_000i32.wrapping_add(node_id)
 }
 
 /// Sends node N to `kshim.test:30000+N`, and remembers who asked.

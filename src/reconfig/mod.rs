@@ -1,0 +1,602 @@
+//! Changing kshim's configuration while it runs: the pipeline of the dynamic
+//! worker-config seed, applied to kshim.
+//!
+//! Every component that can change registers as `Reconfigurable`, naming the
+//! keys it owns. A change — a PATCH or DELETE of the admin API, or SIGHUP
+//! re-reading the file — goes through one pipeline:
+//!
+//! 1. every key named must be owned by a component (others are unknown, or need
+//!    a restart);
+//! 2. the overrides are put into the file's document, placeholders resolved, and
+//!    the result parsed (every error at once);
+//! 3. every component checks the new config and builds what it needs aside;
+//! 4. only if all of that succeeded are the overrides stored (one record per
+//!    key and a commit marker, `store::OverrideLog`) and every component's new
+//!    state put in force. A failure anywhere changes nothing.
+//!
+//! One change runs at a time. Messages never carry a resolved secret.
+
+mod components;
+pub mod keys;
+
+pub use components::{
+    AdminAccessComponent, AuthorizationComponent, ListenerTlsComponent, LogFilterSetter,
+    LogLevelComponent, PolicyComponent, UpstreamTlsComponent,
+};
+
+use crate::config::{Config, ConfigSource, Loaded};
+use crate::metrics::{Metrics, ReloadSource};
+use crate::store::{OverrideLog, Overrides, StoreError};
+use keys::KeyPath;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// A component whose settings can change while kshim runs.
+pub trait Reconfigurable: Send + Sync {
+    /// Named in logs and in the admin API's answers.
+    fn name(&self) -> &'static str;
+    /// The keys this component changes; a key covers every key below it.
+    fn keys(&self) -> Vec<String>;
+    /// Checks `next` and builds what it needs aside, changing nothing yet.
+    fn prepare(&self, next: &Config) -> Result<Prepared, Vec<KeyError>>;
+    /// The TLS role and expiry (Unix seconds) of the certificate in force, if
+    /// the component holds one.
+    fn certificate_expiry(&self) -> Option<(&'static str, i64)> {
+        None
+    }
+}
+
+/// What a component will put in force, once every component is ready.
+pub struct Prepared {
+    pub changed: bool,
+    apply: Box<dyn FnOnce() + Send>,
+}
+
+impl Prepared {
+    pub fn new(changed: bool, apply: impl FnOnce() + Send + 'static) -> Prepared {
+        Prepared {
+            changed,
+            apply: Box::new(apply),
+        }
+    }
+
+    pub fn unchanged() -> Prepared {
+        Prepared::new(false, || {})
+    }
+}
+
+/// One reason a change was refused, about one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyError {
+    pub key: String,
+    pub message: String,
+}
+
+impl KeyError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> KeyError {
+        KeyError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Every reason a change was refused, by key.
+pub type KeyErrors = BTreeMap<String, Vec<String>>;
+
+/// Why a change did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The change itself is wrong: nothing was stored or applied.
+    #[error("the change was refused: {}", describe(.0))]
+    Invalid(KeyErrors),
+    /// DELETE of a key that has no override.
+    #[error("{0} has no dynamic override")]
+    NotFound(String),
+    /// The overrides could not be stored: nothing was applied.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn describe(errors: &KeyErrors) -> String {
+    errors
+        .iter()
+        .flat_map(|(k, ms)| ms.iter().map(move |m| format!("{k}: {m}")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What a change did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    /// The components whose settings changed.
+    pub applied: Vec<&'static str>,
+    /// Keys whose new values take effect only after a restart (from the file).
+    pub pending_restart: Vec<String>,
+    /// The overrides in force now, raw.
+    pub overrides: Overrides,
+}
+
+/// The answer to a validation: the seed's `{valid, configs, errors}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validation {
+    pub configs: Vec<String>,
+    pub errors: KeyErrors,
+}
+
+/// Keys whose changes need a restart, with everything below them. A dynamic
+/// component's keys are claimed first; these catch the rest.
+const RESTART_KEYS: [&str; 13] = [
+    "listen",
+    "advertised_listener",
+    "data_dir",
+    "node_id",
+    "cluster_id",
+    "max_frame_bytes",
+    "max_connections",
+    "discovery",
+    "features",
+    "upstream",
+    "admin.listen",
+    "admin.max_body_bytes",
+    "config_providers",
+];
+
+/// The values of the restart-only keys of a config, to tell which changed.
+fn restart_view(c: &Config) -> RestartView {
+    let upstream = c.upstream.as_ref().map(|u| {
+        let mut u = u.clone();
+        u.tls = None;
+        u
+    });
+    BTreeMap::from([
+        ("listen", c.listen.clone()),
+        (
+            "advertised_listener",
+            format!("{:?}", c.advertised_listener),
+        ),
+        ("data_dir", c.data_dir.display().to_string()),
+        ("node_id", c.node_id.to_string()),
+        ("cluster_id", format!("{:?}", c.cluster_id)),
+        ("max_frame_bytes", c.max_frame_bytes.to_string()),
+        ("max_connections", c.max_connections.to_string()),
+        ("discovery.draft_tags", c.draft_tags.to_string()),
+        (
+            "features",
+            format!(
+                "{:?} {:?} {:?} {:?}",
+                c.supported, c.bootstrap, c.dependencies, c.kshim_owned
+            ),
+        ),
+        ("upstream", format!("{upstream:?}")),
+        (
+            "upstream.tls (turning it on or off)",
+            c.upstream
+                .as_ref()
+                .is_some_and(|u| u.tls.is_some())
+                .to_string(),
+        ),
+        ("tls (turning it on or off)", c.tls.is_some().to_string()),
+        (
+            "admin (turning it on or off)",
+            c.admin.is_some().to_string(),
+        ),
+        (
+            "admin.listen",
+            format!("{:?}", c.admin.as_ref().map(|a| &a.listen)),
+        ),
+        (
+            "admin.max_body_bytes",
+            format!("{:?}", c.admin.as_ref().map(|a| a.max_body_bytes)),
+        ),
+        (
+            "admin.tls (turning it on or off)",
+            c.admin
+                .as_ref()
+                .is_some_and(|a| a.tls.is_some())
+                .to_string(),
+        ),
+        ("config_providers", format!("{:?}", c.file_allowed_paths)),
+    ])
+}
+
+type RestartView = BTreeMap<&'static str, String>;
+
+/// The restart-only keys whose values differ between two views.
+fn differences(from: &RestartView, to: &RestartView) -> Vec<String> {
+    from.iter()
+        .filter(|(k, v)| to.get(*k) != Some(*v))
+        .map(|(k, _)| (*k).to_owned())
+        .collect()
+}
+
+/// The config kshim starts with: the file with the stored overrides over it,
+/// when that config and its TLS material check out; otherwise the file alone,
+/// and the reason is logged. `file` is the file's config, already checked.
+pub fn startup_config(
+    source: &ConfigSource,
+    doc: &toml::Table,
+    overrides: &Overrides,
+    file: Loaded,
+) -> Loaded {
+    if overrides.is_empty() {
+        return file;
+    }
+    let merged = match keys::merge(doc, overrides) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(
+                "the stored config overrides are not applied, kshim runs with its config file: {}",
+                e.join("; ")
+            );
+            return file;
+        }
+    };
+    match source.build(merged) {
+        Ok(loaded) => match components::check_material(&loaded.config) {
+            Ok(()) => {
+                tracing::info!(keys = ?overrides.keys().collect::<Vec<_>>(), "stored config overrides applied");
+                loaded
+            }
+            Err(e) => {
+                tracing::error!(
+                    "the stored config overrides are not applied, kshim runs with its config file: {}",
+                    loaded.scrubber.scrub(&e.to_string())
+                );
+                file
+            }
+        },
+        Err(e) => {
+            tracing::error!(
+                "the stored config overrides are not applied, kshim runs with its config file: {}",
+                e.0.join("; ")
+            );
+            file
+        }
+    }
+}
+
+struct State {
+    log: OverrideLog,
+    /// The config file as last read.
+    doc: toml::Table,
+    /// The restart-only values kshim runs with.
+    running: RestartView,
+    /// The restart-only values of the config last put in force (they differ from
+    /// `running` after SIGHUP read a file that changes them).
+    current: RestartView,
+}
+
+/// The registered components and the stored overrides: the one place a change
+/// goes through.
+pub struct Registry {
+    source: ConfigSource,
+    components: Vec<Box<dyn Reconfigurable>>,
+    state: Mutex<State>,
+    metrics: Arc<Metrics>,
+    /// The number of overrides in force, for the metrics.
+    active: std::sync::atomic::AtomicUsize,
+}
+
+/// A candidate config that passed every check, with what each component
+/// prepared for it.
+struct Candidate {
+    prepared: Vec<(&'static str, Prepared)>,
+    view: RestartView,
+}
+
+impl Registry {
+    /// `running` is the config kshim started with (`startup_config`), `doc` the
+    /// file it read.
+    pub fn new(
+        source: ConfigSource,
+        doc: toml::Table,
+        log: OverrideLog,
+        running: &Config,
+        components: Vec<Box<dyn Reconfigurable>>,
+        metrics: Arc<Metrics>,
+    ) -> Registry {
+        let active = log.active().len();
+        Registry {
+            source,
+            components,
+            state: Mutex::new(State {
+                log,
+                doc,
+                running: restart_view(running),
+                current: restart_view(running),
+            }),
+            metrics,
+            active: active.into(),
+        }
+    }
+
+    /// The overrides in force, raw (placeholders unresolved, secrets in clear).
+    pub async fn overrides(&self) -> Overrides {
+        self.state.lock().await.log.active().clone()
+    }
+
+    pub fn override_count(&self) -> usize {
+        self.active.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn certificate_expiry(&self) -> Vec<(&'static str, i64)> {
+        self.components
+            .iter()
+            .filter_map(|c| c.certificate_expiry())
+            .collect()
+    }
+
+    /// Every key a component can change.
+    pub fn dynamic_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.components.iter().flat_map(|c| c.keys()).collect();
+        keys.sort();
+        keys
+    }
+
+    /// Checks a change (key → new value, `None` to remove) without storing or
+    /// applying anything.
+    pub async fn validate(&self, patch: &BTreeMap<String, Option<Value>>) -> Validation {
+        let state = self.state.lock().await;
+        let configs = patch.keys().cloned().collect();
+        let errors = match self.plan(&state, patch) {
+            Ok(next) => match self.evaluate(&state, &state.doc, &next, true) {
+                Ok(_) => KeyErrors::new(),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        Validation { configs, errors }
+    }
+
+    /// Puts a change (key → new value, `None` to remove) in force and stores it,
+    /// or changes nothing.
+    pub async fn patch(
+        &self,
+        patch: &BTreeMap<String, Option<Value>>,
+    ) -> Result<Change, ChangeError> {
+        let mut state = self.state.lock().await;
+        let result = match self.plan(&state, patch) {
+            Ok(next) => self.commit(&mut state, None, next, true),
+            Err(e) => Err(ChangeError::Invalid(e)),
+        };
+        self.count(ReloadSource::Admin, &result);
+        result
+    }
+
+    /// Removes the override of `key`, so that the file's value applies again.
+    pub async fn delete(&self, key: &str) -> Result<Change, ChangeError> {
+        let mut state = self.state.lock().await;
+        let canonical = KeyPath::parse(key)
+            .map(|k| k.render())
+            .unwrap_or_else(|_| key.to_owned());
+        if !state.log.active().contains_key(&canonical) {
+            return Err(ChangeError::NotFound(canonical));
+        }
+        let mut next = state.log.active().clone();
+        next.remove(&canonical);
+        let result = self.commit(&mut state, None, next, true);
+        self.count(ReloadSource::Admin, &result);
+        result
+    }
+
+    /// Reads the config file again and puts it (with the overrides over it) in
+    /// force; keys that need a restart are reported, not applied.
+    pub async fn reload_file(&self) -> Result<Change, ChangeError> {
+        let mut state = self.state.lock().await;
+        let result = match self.source.read_document() {
+            Ok(doc) => {
+                let next = state.log.active().clone();
+                self.commit(&mut state, Some(doc), next, false)
+            }
+            Err(e) => Err(ChangeError::Invalid(attribute(&e.0))),
+        };
+        self.count(ReloadSource::Sighup, &result);
+        result
+    }
+
+    fn count(&self, source: ReloadSource, result: &Result<Change, ChangeError>) {
+        self.metrics.reload(source, result.is_ok());
+    }
+
+    /// The overrides after `patch`, if every key in it may change.
+    fn plan(
+        &self,
+        state: &State,
+        patch: &BTreeMap<String, Option<Value>>,
+    ) -> Result<Overrides, KeyErrors> {
+        let mut errors = KeyErrors::new();
+        let mut next = state.log.active().clone();
+        if patch.len() > keys::MAX_KEYS {
+            errors
+                .entry("config".into())
+                .or_default()
+                .push(format!("at most {} keys per change", keys::MAX_KEYS));
+            return Err(errors);
+        }
+        for (key, value) in patch {
+            let path = match KeyPath::parse(key) {
+                Ok(p) => p,
+                Err(e) => {
+                    errors.entry(key.clone()).or_default().push(e);
+                    continue;
+                }
+            };
+            if let Err(e) = self.classify(&path) {
+                errors.entry(key.clone()).or_default().push(e);
+                continue;
+            }
+            let canonical = path.render();
+            match value {
+                None | Some(Value::Null) => {
+                    next.remove(&canonical);
+                }
+                Some(v) => {
+                    if let Err(e) = keys::to_toml(v) {
+                        errors.entry(key.clone()).or_default().push(e);
+                        continue;
+                    }
+                    next.insert(canonical, v.clone());
+                }
+            }
+        }
+        if next.len() > keys::MAX_KEYS {
+            errors
+                .entry("config".into())
+                .or_default()
+                .push(format!("kshim keeps at most {} overrides", keys::MAX_KEYS));
+        }
+        if errors.is_empty() {
+            Ok(next)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Whether some component owns `key`.
+    fn classify(&self, key: &KeyPath) -> Result<(), String> {
+        let owned: Vec<KeyPath> = self
+            .dynamic_keys()
+            .iter()
+            .filter_map(|k| KeyPath::parse(k).ok())
+            .collect();
+        if owned.iter().any(|k| key.is_under(k)) {
+            return Ok(());
+        }
+        let below: Vec<String> = owned
+            .iter()
+            .filter(|k| k.is_under(key))
+            .map(KeyPath::render)
+            .collect();
+        if !below.is_empty() {
+            return Err(format!(
+                "set the keys below it one by one: {}",
+                below.join(", ")
+            ));
+        }
+        let restart = RESTART_KEYS
+            .iter()
+            .filter_map(|k| KeyPath::parse(k).ok())
+            .find(|k| key.is_under(k));
+        // In a table whose keys are dynamic, an unclaimed key is unknown unless
+        // it is a restart key itself (admin.listen).
+        let parent = &key.segments[..key.segments.len() - 1];
+        let beside_dynamic = owned.iter().any(|k| {
+            k.segments.len() == key.segments.len() && k.segments[..parent.len()] == *parent
+        });
+        let restart = match restart {
+            Some(k) => !beside_dynamic || k.segments.len() == key.segments.len(),
+            None => false,
+        };
+        if restart {
+            Err("this key needs a restart: change it in the config file and restart kshim".into())
+        } else {
+            Err(format!(
+                "unknown key; the keys that can change while kshim runs are: {}",
+                self.dynamic_keys().join(", ")
+            ))
+        }
+    }
+
+    /// Steps 2 and 3: the candidate config, checked by every component.
+    fn evaluate(
+        &self,
+        state: &State,
+        doc: &toml::Table,
+        overrides: &Overrides,
+        refuse_restart_keys: bool,
+    ) -> Result<Candidate, KeyErrors> {
+        let merged = keys::merge(doc, overrides).map_err(|e| attribute(&e))?;
+        let loaded = self.source.build(merged).map_err(|e| attribute(&e.0))?;
+        let view = restart_view(&loaded.config);
+        let needs_restart = differences(&state.current, &view);
+        if refuse_restart_keys && !needs_restart.is_empty() {
+            let mut errors = KeyErrors::new();
+            for key in &needs_restart {
+                errors.entry(key.clone()).or_default().push(
+                    "this change needs a restart: change it in the config file and restart kshim"
+                        .into(),
+                );
+            }
+            return Err(errors);
+        }
+        let mut errors = KeyErrors::new();
+        let mut prepared = Vec::new();
+        for c in &self.components {
+            match c.prepare(&loaded.config) {
+                Ok(p) => prepared.push((c.name(), p)),
+                Err(es) => {
+                    for e in es {
+                        errors
+                            .entry(e.key)
+                            .or_default()
+                            .push(loaded.scrubber.scrub(&e.message));
+                    }
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(Candidate { prepared, view })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Step 4: store, then apply; or nothing.
+    fn commit(
+        &self,
+        state: &mut State,
+        doc: Option<toml::Table>,
+        next: Overrides,
+        refuse_restart_keys: bool,
+    ) -> Result<Change, ChangeError> {
+        let candidate = self
+            .evaluate(
+                state,
+                doc.as_ref().unwrap_or(&state.doc),
+                &next,
+                refuse_restart_keys,
+            )
+            .map_err(ChangeError::Invalid)?;
+        if &next != state.log.active() {
+            state.log.commit(&next)?;
+        }
+        if let Some(doc) = doc {
+            state.doc = doc;
+        }
+        let mut applied = Vec::new();
+        for (name, p) in candidate.prepared {
+            if p.changed {
+                applied.push(name);
+            }
+            (p.apply)();
+        }
+        self.active
+            .store(next.len(), std::sync::atomic::Ordering::Relaxed);
+        let pending_restart = differences(&state.running, &candidate.view);
+        state.current = candidate.view;
+        Ok(Change {
+            applied,
+            pending_restart,
+            overrides: next,
+        })
+    }
+}
+
+/// Messages of the form `key: text` by key; others under `config`.
+fn attribute(messages: &[String]) -> KeyErrors {
+    let mut out = KeyErrors::new();
+    for m in messages {
+        let (key, text) = match m.split_once(": ") {
+            Some((k, t)) if !k.is_empty() && !k.contains(' ') => {
+                let k = k.split('[').next().unwrap_or(k);
+                (k.to_owned(), t.to_owned())
+            }
+            _ => ("config".to_owned(), m.clone()),
+        };
+        out.entry(key).or_default().push(text);
+    }
+    out
+}

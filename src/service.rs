@@ -1,0 +1,232 @@
+//! Everything `kshim serve` runs, put together in one place: the config (the file,
+//! the command line and the stored overrides), the data directory, the Kafka
+//! listeners (standalone, or in front of a cluster), the admin API, and the
+//! registry of what can change while kshim runs. Used by `kshim serve` and by the
+//! integration tests, so that both start the same thing.
+
+use crate::admin::{self, Access, AccessCell, AdminState};
+use crate::config::{Config, ConfigErrors, ConfigSource};
+use crate::handlers::Context;
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::reconfig::{
+    self, AdminAccessComponent, AuthorizationComponent, ListenerTlsComponent, LogLevelComponent,
+    PolicyComponent, Reconfigurable, Registry, UpstreamTlsComponent,
+};
+use crate::standalone::{tls_cell, Standalone, StartError};
+use crate::store::{FileStore, OverrideLog};
+use crate::tls::{TlsCell, TlsMaterial};
+use arc_swap::ArcSwap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("admin.listen {addr}: {source}")]
+    AdminBind {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// How the running process's log filter is changed (`log.level`).
+pub struct LogControl {
+    pub set: reconfig::LogFilterSetter,
+    /// The filter kshim started with (`RUST_LOG`, or its default).
+    pub startup_filter: String,
+}
+
+enum Mode {
+    Standalone(Standalone),
+    Proxy(Proxy),
+}
+
+struct AdminListener {
+    listener: TcpListener,
+    tls: Option<Arc<TlsCell>>,
+}
+
+/// A bound, not yet serving, kshim.
+pub struct Service {
+    /// The bootstrap listener's address.
+    pub local_addr: SocketAddr,
+    /// The admin API's address, when `[admin]` is set.
+    pub admin_addr: Option<SocketAddr>,
+    pub context: Arc<Context>,
+    pub registry: Arc<Registry>,
+    /// The config kshim started with (the file, the command line and the stored
+    /// overrides, or the file alone when the overrides did not check out).
+    pub config: Config,
+    /// The admin API's state, also when it has no listener (tests use it).
+    pub admin: Arc<AdminState>,
+    mode: Mode,
+    admin_listener: Option<AdminListener>,
+}
+
+impl Service {
+    /// Reads the config, opens the data directory, puts the stored overrides in
+    /// force when they check out, and binds every listener.
+    pub async fn start(
+        source: ConfigSource,
+        log: Option<LogControl>,
+    ) -> Result<Service, ServiceError> {
+        let doc = source.read_document()?;
+        let file = source.build(doc.clone())?;
+        let data_dir = file.config.data_dir.clone();
+        let store = FileStore::open(&data_dir).map_err(StartError::from)?;
+        let overrides = OverrideLog::open(&data_dir).map_err(StartError::from)?;
+        let loaded = reconfig::startup_config(&source, &doc, overrides.active(), file);
+        let config = loaded.config;
+        let metrics = Arc::new(Metrics::new());
+        // TLS material is checked before any broker is asked or anything listens.
+        let tls = tls_cell(&config)?;
+        let admin_tls = match config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
+            Some(settings) => Some(Arc::new(TlsCell::new(
+                TlsMaterial::build("admin.tls", settings).map_err(StartError::from)?,
+            ))),
+            None => None,
+        };
+        let mode = match &config.upstream {
+            Some(upstream) => Mode::Proxy(
+                Proxy::bind_in(&config, upstream, store, Arc::clone(&metrics), tls.clone()).await?,
+            ),
+            None => Mode::Standalone(
+                Standalone::bind_in(&config, store, Arc::clone(&metrics), tls.clone()).await?,
+            ),
+        };
+        let (context, local_addr, upstream_tls) = match &mode {
+            Mode::Standalone(s) => (Arc::clone(&s.context), s.local_addr, None),
+            Mode::Proxy(p) => (
+                Arc::clone(&p.context),
+                p.local_addr,
+                p.upstream.link.tls.clone(),
+            ),
+        };
+        let admin_listener = match &config.admin {
+            Some(a) => {
+                let (listener, _) = admin::server::bind(&a.listen).await.map_err(|source| {
+                    ServiceError::AdminBind {
+                        addr: a.listen.clone(),
+                        source,
+                    }
+                })?;
+                Some(AdminListener {
+                    listener,
+                    tls: admin_tls.clone(),
+                })
+            }
+            None => None,
+        };
+        let admin_addr = admin_listener
+            .as_ref()
+            .and_then(|a| a.listener.local_addr().ok());
+        let access: Arc<AccessCell> = Arc::new(ArcSwap::from_pointee(
+            config
+                .admin
+                .as_ref()
+                .map(Access::from_config)
+                .unwrap_or_default(),
+        ));
+        let mut components: Vec<Box<dyn Reconfigurable>> = vec![
+            Box::new(ListenerTlsComponent::kafka(tls)),
+            Box::new(ListenerTlsComponent::admin(admin_tls)),
+            Box::new(UpstreamTlsComponent { cell: upstream_tls }),
+            Box::new(PolicyComponent {
+                cell: Arc::clone(&context.policies),
+            }),
+            Box::new(AuthorizationComponent {
+                authorizer: Arc::clone(&context.authorizer),
+            }),
+            Box::new(AdminAccessComponent {
+                cell: Arc::clone(&access),
+            }),
+        ];
+        if let Some(log) = log {
+            let current = config
+                .log_level
+                .clone()
+                .unwrap_or_else(|| log.startup_filter.clone());
+            if let Some(level) = &config.log_level {
+                if let Err(e) = (log.set)(level) {
+                    tracing::error!("log.level {level:?} not applied: {e}");
+                }
+            }
+            components.push(Box::new(LogLevelComponent::new(
+                log.set,
+                log.startup_filter,
+                current,
+            )));
+        }
+        let registry = Arc::new(Registry::new(
+            source,
+            doc,
+            overrides,
+            &config,
+            components,
+            Arc::clone(&metrics),
+        ));
+        let admin = Arc::new(AdminState {
+            registry: Arc::clone(&registry),
+            context: Arc::clone(&context),
+            access,
+            max_body_bytes: config
+                .admin
+                .as_ref()
+                .map_or(64 * 1024, |a| a.max_body_bytes),
+        });
+        warn_about(&config);
+        Ok(Service {
+            local_addr,
+            admin_addr,
+            context,
+            registry,
+            config,
+            admin,
+            mode,
+            admin_listener,
+        })
+    }
+
+    /// Serves every listener until `shutdown` turns true.
+    pub async fn serve(self, shutdown: watch::Receiver<bool>) {
+        if let Some(a) = self.admin_listener {
+            let router = admin::router(Arc::clone(&self.admin));
+            tokio::spawn(admin::server::serve(
+                a.listener,
+                router,
+                a.tls,
+                shutdown.clone(),
+            ));
+        }
+        match self.mode {
+            Mode::Standalone(s) => s.serve(shutdown).await,
+            Mode::Proxy(p) => p.serve(shutdown).await,
+        }
+    }
+}
+
+fn warn_about(config: &Config) {
+    if config.alter_cluster.is_none() {
+        tracing::warn!(
+            "authorization.alter_cluster is not set: every client may finalize features, as in Kafka without an authorizer"
+        );
+    }
+    if let Some(a) = &config.admin {
+        let client_certs = a
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_auth != crate::tls::ClientAuth::None);
+        if a.token.is_none() && !client_certs {
+            tracing::warn!(
+                "the admin API has no credential (admin.token, or [admin.tls] with client certificates): it refuses every write{}",
+                if a.read_requires_auth { " and read" } else { "" }
+            );
+        }
+    }
+}
