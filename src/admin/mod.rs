@@ -125,6 +125,18 @@ impl From<ChangeError> for ApiError {
 
 type Shared = Arc<AdminState>;
 
+/// Every route and its methods. `docs/admin-api.openapi.json` documents the same
+/// set; a test holds the router, this table and the document together.
+pub const ROUTES: [(&str, &[&str]); 7] = [
+    ("/healthz", &["get"]),
+    ("/readyz", &["get"]),
+    ("/metrics", &["get"]),
+    ("/admin/features", &["get"]),
+    ("/admin/config", &["get", "patch"]),
+    ("/admin/config/validate", &["post"]),
+    ("/admin/config/{key}", &["delete"]),
+];
+
 /// The admin API.
 pub fn router(state: Shared) -> Router {
     Router::new()

@@ -592,6 +592,49 @@ async fn metrics_and_features_answer() {
     assert_eq!(body["owners"]["metadata.version"], "kshim");
 }
 
+#[tokio::test]
+async fn the_openapi_document_the_route_table_and_the_router_agree() {
+    let doc: Value =
+        serde_json::from_str(include_str!("../../docs/admin-api.openapi.json")).unwrap();
+    let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (path.clone(), m.clone()))
+        })
+        .collect();
+    let table: std::collections::BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .flat_map(|(path, methods)| {
+            methods
+                .iter()
+                .map(move |m| ((*path).to_owned(), (*m).to_owned()))
+        })
+        .collect();
+    assert_eq!(documented, table);
+    let f = Fixture::start("").await;
+    for (path, method) in &table {
+        let uri = path.replace("{key}", "log.level");
+        let body = if method == "get" || method == "delete" {
+            ""
+        } else {
+            r#"{"log.level": "info"}"#
+        };
+        let (status, answer) = f
+            .call(&method.to_uppercase(), &uri, Some(TOKEN), body)
+            .await;
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}");
+        assert_ne!(
+            answer["error"], "no such endpoint",
+            "{method} {uri}: {status}"
+        );
+    }
+}
+
 /// A log filter setter that accepts what `EnvFilter` accepts, and sets nothing.
 fn log_control() -> crate::service::LogControl {
     crate::service::LogControl {
