@@ -23,11 +23,16 @@ impl Fixture {
     }
 
     async fn start_in(dir: tempfile::TempDir, extra: &str) -> Fixture {
+        Fixture::with_admin(dir, &format!("token = \"{TOKEN}\""), extra).await
+    }
+
+    /// `admin` goes into the `[admin]` table, `extra` after it.
+    async fn with_admin(dir: tempfile::TempDir, admin: &str, extra: &str) -> Fixture {
         let config = dir.path().join("kshim.toml");
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n{extra}\n",
+                "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n\n[admin]\nlisten = \"127.0.0.1:0\"\n{admin}\n\n{extra}\n",
                 dir.path().join("data")
             ),
         )
@@ -125,26 +130,12 @@ async fn health_is_open_and_everything_else_needs_the_token() {
 
 #[tokio::test]
 async fn reads_can_be_opened_and_writes_stay_closed() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kshim.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n[admin]\nlisten = \"127.0.0.1:0\"\nread_requires_auth = false\n",
-            dir.path().join("data")
-        ),
+    let f = Fixture::with_admin(
+        tempfile::tempdir().unwrap(),
+        "read_requires_auth = false",
+        "",
     )
-    .unwrap();
-    let service = Service::start(
-        ConfigSource {
-            file: Some(config),
-            cli: CliOverrides::default(),
-        },
-        Some(log_control()),
-    )
-    .await
-    .unwrap();
-    let f = Fixture { dir, service };
+    .await;
     let (status, text) = f.call_text("GET", "/metrics", None, Vec::new()).await;
     assert_eq!(status, StatusCode::OK);
     assert!(

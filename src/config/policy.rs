@@ -290,6 +290,7 @@ mod tests {
         let text = include_str!("../../docker/kshim.toml");
         let c = Config::from_toml(text).unwrap();
         assert!(!c.policies.create_topic.is_permissive());
+        assert!(c.admin.is_some_and(|a| a.token.is_some()));
         assert_eq!(
             c.policies.validators.keys_of("metadata.version"),
             ["log.segment.bytes"]

@@ -4,7 +4,6 @@
 
 use super::files::{identity, not_after, provider_and_versions, roots};
 use super::{TlsError, UpstreamTls};
-use arc_swap::ArcSwap;
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 use std::sync::Arc;
@@ -74,24 +73,5 @@ impl ClientTlsMaterial {
             .trim_matches(['[', ']']);
         ServerName::try_from(host.to_owned())
             .map_err(|e| format!("{host} cannot be checked against a certificate: {e}"))
-    }
-}
-
-/// The upstream TLS material in force.
-#[derive(Debug)]
-pub struct ClientTlsCell(ArcSwap<ClientTlsMaterial>);
-
-impl ClientTlsCell {
-    pub fn new(material: ClientTlsMaterial) -> ClientTlsCell {
-        ClientTlsCell(ArcSwap::from_pointee(material))
-    }
-
-    /// What the next upstream connection uses.
-    pub fn current(&self) -> Arc<ClientTlsMaterial> {
-        self.0.load_full()
-    }
-
-    pub fn install(&self, material: ClientTlsMaterial) {
-        self.0.store(Arc::new(material));
     }
 }

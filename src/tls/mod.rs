@@ -15,12 +15,39 @@ mod files;
 pub mod principal;
 pub mod server;
 
-pub use client::{ClientTlsCell, ClientTlsMaterial};
+pub use client::ClientTlsMaterial;
 pub(crate) use files::read_bounded;
-pub use server::{TlsCell, TlsMaterial};
+pub use server::TlsMaterial;
 
 use crate::config::Secret;
+use arc_swap::ArcSwap;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The material one kind of connection uses now. A handshake reads it once, at
+/// its start; `install` puts material that was built (and so checked) in force
+/// for every handshake after it.
+#[derive(Debug)]
+pub struct MaterialCell<T>(ArcSwap<T>);
+
+impl<T> MaterialCell<T> {
+    pub fn new(material: T) -> MaterialCell<T> {
+        MaterialCell(ArcSwap::from_pointee(material))
+    }
+
+    pub fn current(&self) -> Arc<T> {
+        self.0.load_full()
+    }
+
+    pub fn install(&self, material: T) {
+        self.0.store(Arc::new(material));
+    }
+}
+
+/// What kshim's listeners present.
+pub type TlsCell = MaterialCell<TlsMaterial>;
+/// What kshim's connections to the upstream present.
+pub type ClientTlsCell = MaterialCell<ClientTlsMaterial>;
 
 /// Where a certificate chain and its private key come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,6 @@
 use super::files::{identity, not_after, provider_and_versions, roots};
 use super::principal::{subject_rfc2253, PrincipalRules};
 use super::{ClientAuth, ListenerTls, TlsError};
-use arc_swap::ArcSwap;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use std::sync::Arc;
@@ -129,31 +128,10 @@ impl TlsMaterial {
     }
 }
 
-/// The TLS material a listener uses now.
-#[derive(Debug)]
-pub struct TlsCell(ArcSwap<TlsMaterial>);
-
-impl TlsCell {
-    pub fn new(material: TlsMaterial) -> TlsCell {
-        TlsCell(ArcSwap::from_pointee(material))
-    }
-
-    /// What the next handshake uses.
-    pub fn current(&self) -> Arc<TlsMaterial> {
-        self.0.load_full()
-    }
-
-    /// Puts material that was built (and so checked) in force for every
-    /// handshake from now on.
-    pub fn install(&self, material: TlsMaterial) {
-        self.0.store(Arc::new(material));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::{Identity, Protocols, Trust};
+    use crate::tls::{Identity, Protocols, TlsCell, Trust};
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName};
     use rustls::RootCertStore;

@@ -474,6 +474,47 @@ def run_feature_command(
 # real Kafka
 
 
+_KAFKA_PYTHON_UPDATE = r"""
+import json, sys
+from kafka.admin import KafkaAdminClient
+from kafka.admin._cluster import UpdateFeatureType
+import kafka.errors as Errors
+bootstrap, kwargs, feature, level = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+try:
+    a = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, **kwargs)
+except Errors.KafkaError as e:
+    print(json.dumps({"error": type(e).__name__}))
+    sys.exit(0)
+out = {}
+try:
+    try:
+        a.update_features({feature: (UpdateFeatureType.UPGRADE, level)})
+        out["result"] = "ok"
+    except Errors.KafkaError as e:
+        out["error"] = type(e).__name__
+    f = a.describe_features()
+    out["finalized"] = {n: i["finalized"][1] for n, i in f.items() if "finalized" in i}
+finally:
+    a.close()
+print(json.dumps(out))
+"""
+
+
+def kafka_python_update_features(bootstrap: str, client: dict, feature: str, level: int, timeout: float = 90) -> dict:
+    """kafka-python's KafkaAdminClient (with `client`'s keyword arguments, e.g. its security
+    settings) upgrades `feature` to `level`, then describes the features:
+    {"result": "ok"} or {"error": exception class name}, and {"finalized": {name: level}}."""
+    import sys
+
+    cp = subprocess.run([sys.executable, "-c", _KAFKA_PYTHON_UPDATE, bootstrap, json.dumps(client), feature,
+                         str(level)], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    lines = [line for line in cp.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise EnvError(f"kafka-python UpdateFeatures printed nothing (rc={cp.returncode})\n{cp.stdout}\n"
+                       f"{cp.stderr[-4000:]}")
+    return json.loads(lines[-1])
+
+
 def new_cluster_id() -> str:
     """A random cluster id as Kafka's Uuid.randomUuid makes them: never starting with "-",
     which kafka-storage's argument parser would read as an option (1 id in 64 otherwise)."""

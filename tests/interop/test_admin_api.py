@@ -434,33 +434,11 @@ def test_overrides_survive_a_restart(certs, extra, kshim):
 # (e) principals and authorization
 
 
-UPDATE = r"""
-import json, sys
-from kafka.admin import KafkaAdminClient
-from kafka.admin._cluster import UpdateFeatureType
-import kafka.errors as Errors
-bootstrap, ca, cert, key, feature, level = sys.argv[1:7]
-a = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, security_protocol="SSL",
-                     ssl_cafile=ca, ssl_certfile=cert, ssl_keyfile=key)
-out = {}
-try:
-    try:
-        a.update_features({feature: (UpdateFeatureType.UPGRADE, int(level))})
-        out["result"] = "ok"
-    except Errors.KafkaError as e:
-        out["error"] = type(e).__name__
-    f = a.describe_features()
-    out["finalized"] = {n: i["finalized"][1] for n, i in f.items() if "finalized" in i}
-finally:
-    a.close()
-print(json.dumps(out))
-"""
-
-
 def update_as(kshim, certs, extra, who: str, level: int) -> dict:
     pem, key = extra[who]
-    return run_python(UPDATE, kshim.bootstrap, str(certs.ca), str(pem), str(key), FEATURE, str(level),
-                      allow_error=True)
+    client = {"security_protocol": "SSL", "ssl_cafile": str(certs.ca), "ssl_certfile": str(pem),
+              "ssl_keyfile": str(key)}
+    return ke.require_or_fail(ke.kafka_python_update_features, kshim.bootstrap, client, FEATURE, level)
 
 
 def test_update_features_needs_alter_on_cluster(certs, extra, kshim):

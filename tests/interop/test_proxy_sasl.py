@@ -135,39 +135,10 @@ password = "not-the-password"
     assert "SASL/PLAIN authentication as admin failed" in proc.log_path.read_text()
 
 
-UPDATE = r"""
-import json, sys
-from kafka.admin import KafkaAdminClient
-from kafka.admin._cluster import UpdateFeatureType
-import kafka.errors as Errors
-bootstrap, mechanism, user, password, feature, level = sys.argv[1:7]
-try:
-    a = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, security_protocol="SASL_PLAINTEXT",
-                         sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
-except Errors.KafkaError as e:
-    print(json.dumps({"error": type(e).__name__}))
-    sys.exit(0)
-out = {}
-try:
-    try:
-        a.update_features({feature: (UpdateFeatureType.UPGRADE, int(level))})
-        out["result"] = "ok"
-    except Errors.KafkaError as e:
-        out["error"] = type(e).__name__
-    f = a.describe_features()
-    out["finalized"] = {n: i["finalized"][1] for n, i in f.items() if "finalized" in i}
-finally:
-    a.close()
-print(json.dumps(out))
-"""
-
-
 def update_as(bootstrap: str, mechanism: str, user: str, password: str, level: int) -> dict:
-    cp = subprocess.run([sys.executable, "-c", UPDATE, bootstrap, mechanism, user, password, FEATURE, str(level)],
-                        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
-    lines = [line for line in cp.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"client printed nothing (rc={cp.returncode})\n{cp.stdout}\n{cp.stderr[-4000:]}"
-    return json.loads(lines[-1])
+    client = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+              "sasl_plain_username": user, "sasl_plain_password": password}
+    return kafka_env.require_or_fail(kafka_env.kafka_python_update_features, bootstrap, client, FEATURE, level)
 
 
 def test_the_sasl_principal_is_authorized(kshim_factory, sasl_broker):
