@@ -100,12 +100,16 @@ impl Service {
                 Standalone::bind_in(&config, store, Arc::clone(&metrics), tls.clone()).await?,
             ),
         };
+        // A standalone kshim has no upstream connections, so no upstream TLS to
+        // change: its `upstream.*` keys are restart keys like the rest of `[upstream]`.
         let (context, local_addr, upstream_tls) = match &mode {
             Mode::Standalone(s) => (Arc::clone(&s.context), s.local_addr, None),
             Mode::Proxy(p) => (
                 Arc::clone(&p.context),
                 p.local_addr,
-                p.upstream.link.tls.clone(),
+                Some(UpstreamTlsComponent {
+                    cell: p.upstream.link.tls.clone(),
+                }),
             ),
         };
         let admin_listener = match &config.admin {
@@ -136,7 +140,6 @@ impl Service {
         let mut components: Vec<Box<dyn Reconfigurable>> = vec![
             Box::new(ListenerTlsComponent::kafka(tls)),
             Box::new(ListenerTlsComponent::admin(admin_tls)),
-            Box::new(UpstreamTlsComponent { cell: upstream_tls }),
             Box::new(PolicyComponent {
                 cell: Arc::clone(&context.policies),
             }),
@@ -147,6 +150,9 @@ impl Service {
                 cell: Arc::clone(&access),
             }),
         ];
+        if let Some(upstream_tls) = upstream_tls {
+            components.push(Box::new(upstream_tls));
+        }
         if let Some(log) = log {
             let current = config
                 .log_level

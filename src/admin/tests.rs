@@ -297,6 +297,54 @@ async fn bad_bodies_get_clear_errors_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn random_bodies_never_change_anything() {
+    use rand::{Rng, SeedableRng};
+    let f = Fixture::start("[policy.create_topic]\nmax_partitions = 100\n").await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20261202);
+    let keys = [
+        "tls.key",
+        "policy",
+        "policy.create_topic",
+        "log.level",
+        "admin.token",
+        "listen",
+        "",
+        "\"",
+        "a.\"b.c\".d",
+    ];
+    for round in 0..400 {
+        let body: Vec<u8> = if round % 2 == 0 {
+            (0..rng.gen_range(0..300)).map(|_| rng.gen()).collect()
+        } else {
+            // Well-formed JSON objects of odd keys and values of every type.
+            let key = keys[rng.gen_range(0..keys.len())];
+            let value = match rng.gen_range(0..6) {
+                0 => json!(rng.gen::<i64>()),
+                1 => json!(rng.gen::<f64>()),
+                2 => json!([rng.gen::<u8>(), "x", null]),
+                3 => json!({"nested": {"deeper": [1, {"a": null}]}}),
+                4 => json!("${file:/proc/self/environ:PATH}"),
+                _ => json!("${env:}"),
+            };
+            json!({ key: value }).to_string().into_bytes()
+        };
+        for (method, uri) in [
+            ("PATCH", "/admin/config"),
+            ("POST", "/admin/config/validate"),
+        ] {
+            let (status, text) = f.call_text(method, uri, Some(TOKEN), body.clone()).await;
+            assert!(
+                status.is_client_error() || (uri.ends_with("validate") && status == StatusCode::OK),
+                "{method} {body:?}: {status} {text}"
+            );
+        }
+    }
+    let (_, now) = f.call("GET", "/admin/config", Some(TOKEN), "").await;
+    assert_eq!(now, json!({}), "nothing was stored");
+    assert!(f.max_partitions().contains("100"), "nothing was applied");
+}
+
+#[tokio::test]
 async fn validate_answers_in_the_seeds_shape_and_stores_nothing() {
     let f = Fixture::start("").await;
     let (status, body) = f
