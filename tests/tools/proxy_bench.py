@@ -731,44 +731,47 @@ def _raise_interrupt(signum, _frame):
     raise KeyboardInterrupt(signum)
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def guarded_run(name: str, args: argparse.Namespace, run_fn, stops: list) -> int:
+    """`run_fn(args, workdir, started)` in a fresh work directory, with everything in `stops` (and
+    every process kafka_env started) stopped however the run ends; the exit status."""
     started = time.monotonic()
     # SIGTERM and SIGHUP would otherwise end the interpreter without running the cleanup
     # below, leaving the broker and kshim running (they are in sessions of their own).
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
-    workdir = Path(tempfile.mkdtemp(prefix="kshim-proxy-bench-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"kshim-{name.replace('_', '-')}-"))
     rc = 1
     try:
-        rc = run(args, workdir, started)
-    except BenchError as e:
-        print(f"proxy_bench: FAILED: {e}", file=sys.stderr)
-    except ke.EnvError as e:
-        print(f"proxy_bench: FAILED: {e}", file=sys.stderr)
+        rc = run_fn(args, workdir, started)
+    except (BenchError, ke.EnvError) as e:
+        print(f"{name}: FAILED: {e}", file=sys.stderr)
     except KeyboardInterrupt as e:
         signum = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
-        print(f"proxy_bench: interrupted by signal {signum}; stopping everything", file=sys.stderr)
+        print(f"{name}: interrupted by signal {signum}; stopping everything", file=sys.stderr)
         rc = 128 + int(signum)
     finally:
         # A second Ctrl-C must not cut the cleanup short.
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
-        for stop in reversed(resources):
+        for stop in reversed(stops):
             try:
                 stop()
             except Exception as e:  # noqa: BLE001 - keep stopping the rest
-                print(f"proxy_bench: while stopping: {e!r}", file=sys.stderr)
+                print(f"{name}: while stopping: {e!r}", file=sys.stderr)
         ke._stop_all_live()
         if args.keep_tmp:
-            print(f"proxy_bench: kept {workdir}", file=sys.stderr)
+            print(f"{name}: kept {workdir}", file=sys.stderr)
         elif rc != 0:
             # Keep the logs of a failed run, not the gigabytes of topic data.
             shutil.rmtree(workdir / "kafka" / "node1" / "data", ignore_errors=True)
-            print(f"proxy_bench: logs of the failed run are in {workdir}", file=sys.stderr)
+            print(f"{name}: logs of the failed run are in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     return rc
+
+
+def main(argv: list[str]) -> int:
+    return guarded_run("proxy_bench", parse_args(argv), run, resources)
 
 
 if __name__ == "__main__":
