@@ -11,6 +11,7 @@ pub mod placeholders;
 mod policy;
 mod source;
 pub mod tls;
+mod upstream;
 
 pub use operations::{check_log_filter, AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use source::{parse_document, CliOverrides, ConfigSource, Loaded};
@@ -374,7 +375,7 @@ impl Config {
             }
 
             if let Some(t) = upstream {
-                c.upstream = Some(parse_upstream(t, &mut errors));
+                c.upstream = Some(upstream::parse_upstream(t, &mut errors));
             }
 
             if let Some(t) = discovery {
@@ -542,72 +543,6 @@ fn string_list(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<V
             None
         }
     }
-}
-
-fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> UpstreamConfig {
-    let mut u = UpstreamConfig::default();
-    let mut w = walker("upstream", t, errors);
-    if let Some(v) = w.get("bootstrap") {
-        if let Some(list) = string_list(v, "upstream.bootstrap", w.errors) {
-            u.bootstrap = list;
-        }
-    }
-    if let Some(v) = w.int::<u64>("refresh_interval_ms", "a positive number of milliseconds") {
-        u.refresh_interval_ms = v;
-    }
-    if let Some(v) = w.int::<u64>("connect_timeout_ms", "a positive number of milliseconds") {
-        u.connect_timeout_ms = v;
-    }
-    if let Some(v) = w.int::<usize>("max_response_bytes", "a positive size") {
-        u.max_response_bytes = v;
-    }
-    let listeners = w.table("listeners");
-    let sasl = w.table("sasl");
-    let tls_table = w.table("tls");
-    w.finish();
-    if let Some(t) = tls_table {
-        u.tls = tls::parse_upstream_tls("upstream.tls", t, errors);
-    }
-    if let Some(t) = sasl {
-        let mut w = walker("upstream.sasl", t, errors);
-        let mechanism = w.string("mechanism").unwrap_or_else(|| "PLAIN".into());
-        let username = w.string("username");
-        let password = w.string("password");
-        w.finish();
-        if mechanism != "PLAIN" {
-            errors.push(format!(
-                "upstream.sasl.mechanism: \"{mechanism}\" is not supported for kshim's own connections (only PLAIN)"
-            ));
-        }
-        match (username, password) {
-            (Some(username), Some(password)) => {
-                u.sasl = Some(crate::client::SaslPlain { username, password })
-            }
-            _ => errors.push("upstream.sasl: both username and password are required".into()),
-        }
-    }
-    if let Some(t) = listeners {
-        let mut w = walker("upstream.listeners", t, errors);
-        u.listener_host = w.string("host");
-        u.advertised_host = w.string("advertised_host");
-        u.port_base = w.int::<u16>("port_base", "0 to 65535");
-        let ports = w.table("ports");
-        w.finish();
-        for (node, port) in ports.into_iter().flatten() {
-            let key = format!("upstream.listeners.ports.\"{node}\"");
-            let Ok(node_id) = node.parse::<i32>() else {
-                errors.push(format!("{key}: the key must be a node id"));
-                continue;
-            };
-            match port.as_integer().map(u16::try_from) {
-                Some(Ok(p)) => {
-                    u.ports.insert(node_id, p);
-                }
-                _ => errors.push(format!("{key}: expected a port (0 to 65535)")),
-            }
-        }
-    }
-    u
 }
 
 fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {

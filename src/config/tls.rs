@@ -269,6 +269,29 @@ mod tests {
     }
 
     #[test]
+    fn the_reconfigurable_key_lists_are_the_keys_the_parser_reads() {
+        for (section, keys, extra) in [
+            ("tls", &super::LISTENER_KEYS[..], ""),
+            ("admin.tls", &super::LISTENER_KEYS[..], ""),
+            (
+                "upstream.tls",
+                &super::UPSTREAM_KEYS[..],
+                "[upstream]\nbootstrap = \"b:1\"\n",
+            ),
+        ] {
+            for key in keys.iter().chain(["wat"].iter()) {
+                let text = format!("{extra}[{section}]\n{key} = \"x\"\n");
+                let errors = Config::from_toml(&text)
+                    .err()
+                    .map(|e| e.0.join("\n"))
+                    .unwrap_or_default();
+                let unknown = errors.contains(&format!("{section}.{key}: unknown key"));
+                assert_eq!(unknown, *key == "wat", "{section}.{key}:\n{errors}");
+            }
+        }
+    }
+
+    #[test]
     fn keystores_and_truststores_are_alternatives_to_pem() {
         let c = Config::from_toml(
             r#"
