@@ -55,6 +55,7 @@ from tls_support import (
     run,
     run_python,
     s_client,
+    ssl_only_broker,
     uid,
     values,
 )
@@ -94,26 +95,7 @@ def extra(certs) -> dict[str, tuple[Path, Path]]:
 @pytest.fixture(scope="module")
 def cluster(kafka_jars, certs, extra):
     """One node whose client listener is TLS only, with client certificates required."""
-    c = ke.KafkaCluster(
-        1,
-        separate_inter_broker=True,
-        listener_overrides={
-            "listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},"
-                         "CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port}",
-            "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        },
-        extra_properties={
-            "ssl.keystore.location": str(certs.dir / "broker.p12"),
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.password": STORE_PASSWORD,
-            "ssl.key.password": STORE_PASSWORD,
-            "ssl.truststore.location": str(certs.truststore),
-            "ssl.truststore.type": "PKCS12",
-            "ssl.truststore.password": STORE_PASSWORD,
-            "ssl.client.auth": "required",
-        },
-    )
+    c = ssl_only_broker(certs.dir / "broker.p12", truststore=certs.truststore)
     ke.start_or_fail(c)
     yield c
     c.cleanup()

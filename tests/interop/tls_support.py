@@ -655,3 +655,36 @@ def ck_probe(bootstrap: str, sec: dict) -> dict:
 
 def kp_probe(bootstrap: str, sec: dict) -> dict:
     return run_python(KP_PROBE, bootstrap, json.dumps(sec), timeout=40)
+
+
+def ssl_only_broker(keystore: Path, *, truststore: Path | None = None, **kwargs) -> ke.KafkaCluster:
+    """One KRaft node whose client listener speaks only TLS (its certificate from the PKCS#12
+    `keystore`, password STORE_PASSWORD), replicating over a plaintext INTERNAL listener that the
+    harness probes too. With `truststore`, it requires client certificates that chain to it.
+    Not started; `kwargs` go to KafkaCluster."""
+    props = {
+        "ssl.keystore.location": str(keystore),
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.password": STORE_PASSWORD,
+        "ssl.key.password": STORE_PASSWORD,
+        "ssl.client.auth": "none",
+    }
+    if truststore is not None:
+        props.update({
+            "ssl.truststore.location": str(truststore),
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.password": STORE_PASSWORD,
+            "ssl.client.auth": "required",
+        })
+    return ke.KafkaCluster(
+        1,
+        separate_inter_broker=True,
+        listener_overrides={
+            "listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},"
+                         "CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port}",
+            "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        },
+        extra_properties=props,
+        **kwargs,
+    )

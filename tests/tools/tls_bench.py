@@ -52,26 +52,24 @@ TOOLS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(TOOLS_DIR))
 
 import proxy_bench as pb  # noqa: E402  (puts tests/interop on the path, imports kafka_env)
-from proxy_bench import BenchError, log  # noqa: E402
+from proxy_bench import BenchError, env_int, log  # noqa: E402
 
 import kafka_env as ke  # noqa: E402
-from tls_support import STORE_PASSWORD, Certs, export_pkcs12, issue, make_certs, tls_exchange  # noqa: E402
+from tls_support import (  # noqa: E402
+    STORE_PASSWORD,
+    Certs,
+    export_pkcs12,
+    issue,
+    make_certs,
+    ssl_only_broker,
+    tls_exchange,
+)
 
 REPO_ROOT = pb.REPO_ROOT
 NODE_ID = 1
 RECORD_SIZE = 1024
 ADMIN_TOKEN_ENV = "KSHIM_BENCH_ADMIN_TOKEN"
 PARTS = ("handshakes", "produce", "reload")
-
-
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SystemExit(f"tls_bench: {name}={raw!r} is not an integer")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -152,25 +150,7 @@ def make_material(d: Path) -> Material:
 
 
 def start_broker(workdir: Path, m: Material) -> ke.KafkaCluster:
-    cluster = ke.KafkaCluster(
-        1,
-        workdir=workdir,
-        heap=pb.BROKER_HEAP,
-        separate_inter_broker=True,
-        listener_overrides={
-            "listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},"
-                         "CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port}",
-            "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        },
-        extra_properties={
-            "ssl.keystore.location": str(m.broker_store),
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.password": STORE_PASSWORD,
-            "ssl.key.password": STORE_PASSWORD,
-            "ssl.client.auth": "none",
-        },
-    )
+    cluster = ssl_only_broker(m.broker_store, workdir=workdir, heap=pb.BROKER_HEAP)
     resources.append(cluster.stop)
     cluster.start()
     return cluster
