@@ -19,16 +19,19 @@
 //! and a table of ratios of every target against the baseline (default: the
 //! target named `broker`). Exits non-zero when any request failed.
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use clap::Parser;
 use kshim::protocol::api_versions::decode_response;
 use kshim::protocol::wire::put_compact_string;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+
+#[path = "common/frames.rs"]
+mod frames;
 
 const API_VERSIONS: i16 = 18;
 const VERSION: i16 = 4;
@@ -117,32 +120,6 @@ struct ConnResult {
     failure: Option<String>,
 }
 
-/// Reads one response frame into `buf` (which may already hold bytes read ahead)
-/// and returns its body, leaving anything after it in `buf`.
-async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<BytesMut, String> {
-    loop {
-        if buf.len() >= 4 {
-            let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
-            if size < 4 || size as usize > MAX_RESPONSE_BYTES {
-                return Err(format!("response size {size} is out of range"));
-            }
-            let size = size as usize;
-            if buf.len() >= 4 + size {
-                buf.advance(4);
-                return Ok(buf.split_to(size));
-            }
-            buf.reserve(4 + size - buf.len());
-        } else {
-            buf.reserve(4096);
-        }
-        match stream.read_buf(buf).await {
-            Ok(0) => return Err("connection closed by the server".into()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("read failed: {e}")),
-        }
-    }
-}
-
 /// Checks a response body: correlation id, error code and, for the first answer
 /// of a connection, the whole ApiVersions v4 layout.
 fn check_response(body: &[u8], correlation_id: i32, full_decode: bool) -> Result<(), String> {
@@ -200,7 +177,7 @@ async fn run_connection(
                 .write_all(&request)
                 .await
                 .map_err(|e| format!("write failed: {e}"))?;
-            read_frame(&mut stream, &mut buf).await
+            frames::read_frame(&mut stream, &mut buf, MAX_RESPONSE_BYTES).await
         };
         let body = match tokio::time::timeout(request_timeout, exchange).await {
             Ok(Ok(body)) => body,

@@ -38,7 +38,7 @@
 //! all (no handshake succeeded, a PATCH was refused, a certificate never showed);
 //! 2 on bad arguments.
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use kshim::protocol::wire::put_compact_string;
 use rustls::pki_types::pem::PemObject;
@@ -50,11 +50,13 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_rustls::TlsConnector;
 
+#[path = "../common/frames.rs"]
+mod frames;
 mod handshakes;
 mod reload;
 
@@ -277,33 +279,6 @@ fn set_correlation(frame: &mut [u8], id: i32) {
     frame[8..12].copy_from_slice(&id.to_be_bytes());
 }
 
-async fn read_frame<S: AsyncRead + Unpin>(
-    stream: &mut S,
-    buf: &mut BytesMut,
-) -> Result<BytesMut, String> {
-    loop {
-        if buf.len() >= 4 {
-            let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
-            if size < 4 || size as usize > MAX_RESPONSE_BYTES {
-                return Err(format!("response size {size} is out of range"));
-            }
-            let size = size as usize;
-            if buf.len() >= 4 + size {
-                buf.advance(4);
-                return Ok(buf.split_to(size));
-            }
-            buf.reserve(4 + size - buf.len());
-        } else {
-            buf.reserve(4096);
-        }
-        match stream.read_buf(buf).await {
-            Ok(0) => return Err("connection closed by the server".into()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("read failed: {e}")),
-        }
-    }
-}
-
 fn check_correlation(body: &[u8], want: i32) -> Result<(), String> {
     let got = body
         .get(..4)
@@ -328,7 +303,7 @@ async fn handshake_exchange(
         .await
         .map_err(|e| format!("write failed: {e}"))?;
     let mut buf = BytesMut::with_capacity(4096);
-    let body = read_frame(&mut stream, &mut buf).await?;
+    let body = frames::read_frame(&mut stream, &mut buf, MAX_RESPONSE_BYTES).await?;
     check_correlation(&body, 1)?;
     // ApiVersions answers with response header v0, then the error code.
     match body.get(4..6) {

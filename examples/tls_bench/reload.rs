@@ -234,7 +234,7 @@ async fn probe_connection(
                     .write_all(&request)
                     .await
                     .map_err(|e| format!("write failed: {e}"))?;
-                let body = read_frame(&mut stream, &mut buf).await?;
+                let body = frames::read_frame(&mut stream, &mut buf, MAX_RESPONSE_BYTES).await?;
                 check_correlation(&body, correlation)?;
                 Ok::<_, String>(body)
             };

@@ -4,17 +4,22 @@
 use super::files::{identity, not_after, provider_and_versions, roots};
 use super::principal::{subject_rfc2253, PrincipalRules};
 use super::{ClientAuth, ListenerTls, TlsError};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use std::sync::Arc;
 
-/// Builds the server config for the table `section` (such as `tls`), checking
-/// everything: the files read and parse, the key fits the certificate, every
-/// protocol and suite is known and they fit together, client authentication has
-/// CA certificates.
-pub fn server_config(section: &str, settings: &ListenerTls) -> Result<Arc<ServerConfig>, TlsError> {
+/// Builds the server config for the table `section` (such as `tls`) around the
+/// certificate chain and key already read from it, checking everything else:
+/// the key fits the certificate, every protocol and suite is known and they fit
+/// together, client authentication has CA certificates.
+fn server_config(
+    section: &str,
+    settings: &ListenerTls,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let (provider, versions) = provider_and_versions(section, &settings.protocols)?;
-    let (chain, key) = identity(section, &settings.identity)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&versions)
         .map_err(|e| {
@@ -106,14 +111,16 @@ impl TlsMaterial {
                 .map_err(|e| TlsError::new(section, "principal_mapping_rules", e))?,
             None => PrincipalRules::default(),
         };
-        let config = server_config(section, settings)?;
-        let (chain, _) = identity(section, &settings.identity)?;
+        // Read once: a PKCS#12 keystore costs a key derivation per read.
+        let (chain, key) = identity(section, &settings.identity)?;
+        let not_after = chain.first().and_then(not_after);
+        let leaf = chain.first().map(|c| c.to_vec()).unwrap_or_default();
         Ok(TlsMaterial {
-            config,
+            config: server_config(section, settings, chain, key)?,
             principals,
             settings: settings.clone(),
-            not_after: chain.first().and_then(not_after),
-            leaf: chain.first().map(|c| c.to_vec()).unwrap_or_default(),
+            not_after,
+            leaf,
         })
     }
 
@@ -294,22 +301,28 @@ mod tests {
         let mut s = settings(cert, key);
         s.protocols.versions = vec!["TLSv1.3".into()];
         s.protocols.cipher_suites = vec!["TLS13_AES_128_GCM_SHA256".into()];
-        assert!(server_config("tls", &s).is_ok());
+        assert!(TlsMaterial::build("tls", &s).map(|m| m.config).is_ok());
         s.protocols.cipher_suites = vec!["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()];
         assert!(
-            server_config("tls", &s).is_err(),
+            TlsMaterial::build("tls", &s).map(|m| m.config).is_err(),
             "a TLS 1.2 suite alone cannot serve TLS 1.3"
         );
         s.protocols.cipher_suites.clear();
         s.client_auth = ClientAuth::Required;
-        assert_eq!(server_config("tls", &s).unwrap_err().key, "tls.ca");
+        assert_eq!(
+            TlsMaterial::build("tls", &s)
+                .map(|m| m.config)
+                .unwrap_err()
+                .key,
+            "tls.ca"
+        );
         let ca_path = dir.path().join("ca.pem");
         std::fs::write(&ca_path, issuer.ca.pem()).unwrap();
         s.trust = Some(Trust::Pem(ca_path));
-        assert!(server_config("tls", &s).is_ok());
+        assert!(TlsMaterial::build("tls", &s).map(|m| m.config).is_ok());
         // Devices and other files that are not regular files are refused, not read.
         s.trust = Some(Trust::Pem("/dev/zero".into()));
-        let refused = server_config("tls", &s).unwrap_err();
+        let refused = TlsMaterial::build("tls", &s).map(|m| m.config).unwrap_err();
         assert!(refused.message.contains("not a regular file"), "{refused}");
     }
 }
