@@ -273,13 +273,24 @@ fn body_decoders(body: &[u8], leniency: &mut Leniency) {
     for v in 0..=2 {
         if let Ok(ours) = requests::update_features(v, body) {
             match UpdateFeaturesRequest::decode(&mut Bytes::copy_from_slice(body), v) {
-                Ok(theirs) => assert_eq!(theirs, ours, "UpdateFeatures v{v} {body:02x?}"),
+                // kshim's typed views keep no unknown tagged fields (it never
+                // encodes these requests again); everything else must agree.
+                Ok(mut theirs) => {
+                    theirs.unknown_tagged_fields.clear();
+                    for u in &mut theirs.feature_updates {
+                        u.unknown_tagged_fields.clear();
+                    }
+                    assert_eq!(theirs, ours, "UpdateFeatures v{v} {body:02x?}")
+                }
                 Err(e) => note("UpdateFeatures", v, e),
             }
         }
         if let Ok(ours) = requests::describe_cluster(v, body) {
             match DescribeClusterRequest::decode(&mut Bytes::copy_from_slice(body), v) {
-                Ok(theirs) => assert_eq!(theirs, ours, "DescribeCluster v{v} {body:02x?}"),
+                Ok(mut theirs) => {
+                    theirs.unknown_tagged_fields.clear();
+                    assert_eq!(theirs, ours, "DescribeCluster v{v} {body:02x?}")
+                }
                 Err(e) => note("DescribeCluster", v, e),
             }
         }

@@ -11,7 +11,6 @@ use crate::policy::ConfigResource;
 use crate::policy::Policies;
 use crate::protocol::config_requests::{alter_configs, ALTER_CONFIGS_VERSIONS};
 use crate::protocol::error_codes;
-use crate::protocol::response::encode_body;
 use bytes::Bytes;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::ApiKey;
@@ -20,7 +19,8 @@ use std::collections::BTreeMap;
 const API: ApiKey = ApiKey::AlterConfigs;
 
 pub fn handle(ctx: &Context, policies: &Policies, frame: Bytes) -> Result<Action, HandlerError> {
-    let (request, mut body) = decode_request(API, ALTER_CONFIGS_VERSIONS.1, frame, alter_configs)?;
+    let (request, (body, entries)) =
+        decode_request(API, ALTER_CONFIGS_VERSIONS.1, frame, alter_configs)?;
     let version = request.header.api_version;
     let snapshot = ctx.controller.snapshot();
     let level_of = levels(&snapshot.finalized);
@@ -31,11 +31,7 @@ pub fn handle(ctx: &Context, policies: &Policies, frame: Bytes) -> Result<Action
         |r| (r.resource_type, &r.resource_name),
         |target, r| check(policies, &level_of, target, r),
     )?;
-    checked::settle(API, request, slots, move || {
-        let mut keep = accepted.into_iter();
-        body.resources.retain(|_| keep.next().unwrap_or(false));
-        encode_body(API, version, &body)
-    })
+    checked::settle(API, request, slots, &accepted, &entries)
 }
 
 fn check(

@@ -3,30 +3,33 @@
 //! a result entry kshim encodes, or forwarded. Then:
 //! - nothing refused: the request goes on byte for byte;
 //! - everything refused: kshim answers alone, and nothing reaches the upstream;
-//! - some refused: a request holding only the accepted items goes on, and the
-//!   broker's results are merged with kshim's in request order.
+//! - some refused: a request holding only the accepted items goes on, cut from
+//!   the client's own bytes (`Entries::narrowed`), and the broker's results are
+//!   merged with kshim's in request order.
 
 use super::forward::{self, AfterResponse, Forward};
 use super::{Action, HandlerError};
 use crate::features::FinalizedFeatures;
 use crate::policy::{ConfigResource, Policies};
+use crate::protocol::config_requests::Entries;
 use crate::protocol::error_codes;
 use crate::protocol::response::{encode_body, frame_with_body, EncodeError};
 use crate::protocol::results::{self, ResultKey, Slot};
 use crate::protocol::{CodecError, RequestFrame};
 use crate::upstream::configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
 
 /// Turns the verdicts on a request's items into what the connection does.
-/// `narrowed` encodes the request body with only the forwarded items.
+/// `accepted[i]` says whether the request's entry `i` (of `entries`) goes on.
 pub(super) fn settle(
     api: ApiKey,
     request: RequestFrame,
     slots: Vec<Slot>,
-    narrowed: impl FnOnce() -> Result<Bytes, EncodeError>,
+    accepted: &[bool],
+    entries: &Entries,
 ) -> Result<Action, HandlerError> {
     let version = request.header.api_version;
     let refused = slots.iter().filter(|s| matches!(s, Slot::Ours(_))).count();
@@ -54,7 +57,7 @@ pub(super) fn settle(
             Action::Respond(frame)
         });
     }
-    let body = narrowed()?;
+    let body = entries.narrowed(request.body(), accepted);
     let mut frame = BytesMut::with_capacity(request.header_bytes().len() + body.len());
     frame.put_slice(request.header_bytes());
     frame.put_slice(&body);

@@ -27,7 +27,8 @@ pub fn handle(
     frame: Bytes,
     defaults: TopicDefaults,
 ) -> Result<Action, HandlerError> {
-    let (request, mut body) = decode_request(API, CREATE_TOPICS_VERSIONS.1, frame, create_topics)?;
+    let (request, (body, entries)) =
+        decode_request(API, CREATE_TOPICS_VERSIONS.1, frame, create_topics)?;
     let version = request.header.api_version;
     let snapshot = ctx.controller.snapshot();
     let level_of = levels(&snapshot.finalized);
@@ -64,12 +65,7 @@ pub fn handle(
             }
         }
     }
-    let request_version = version;
-    checked::settle(API, request, slots, move || {
-        let mut keep = accepted.into_iter();
-        body.topics.retain(|_| keep.next().unwrap_or(false));
-        encode_body(API, request_version, &body)
-    })
+    checked::settle(API, request, slots, &accepted, &entries)
 }
 
 /// Why kshim refuses `topic`, or `None` to forward it.

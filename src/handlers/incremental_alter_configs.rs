@@ -11,7 +11,6 @@ use crate::policy::Policies;
 use crate::protocol::config_requests::{
     incremental_alter_configs, INCREMENTAL_ALTER_CONFIGS_VERSIONS,
 };
-use crate::protocol::response::encode_body;
 use bytes::Bytes;
 use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
 use kafka_protocol::messages::ApiKey;
@@ -22,7 +21,7 @@ const DELETE: i8 = 1;
 const APPEND: i8 = 2;
 
 pub fn handle(ctx: &Context, policies: &Policies, frame: Bytes) -> Result<Action, HandlerError> {
-    let (request, mut body) = decode_request(
+    let (request, (body, entries)) = decode_request(
         API,
         INCREMENTAL_ALTER_CONFIGS_VERSIONS.1,
         frame,
@@ -45,11 +44,7 @@ pub fn handle(ctx: &Context, policies: &Policies, frame: Bytes) -> Result<Action
             )
         },
     )?;
-    checked::settle(API, request, slots, move || {
-        let mut keep = accepted.into_iter();
-        body.resources.retain(|_| keep.next().unwrap_or(false));
-        encode_body(API, version, &body)
-    })
+    checked::settle(API, request, slots, &accepted, &entries)
 }
 
 /// The change one entry makes, when it is one kshim checks. Entries the broker

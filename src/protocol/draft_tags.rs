@@ -80,10 +80,11 @@ impl DraftFeatures {
 
     /// Reads the draft tags out of a response's tagged fields; `None` when none of
     /// them is present.
-    pub fn decode(tags: &BTreeMap<i32, Bytes>) -> Result<Option<DraftFeatures>, CodecError> {
-        let supported = tags.get(&TAG_SUPPORTED_FEATURES);
-        let epoch = tags.get(&TAG_FINALIZED_EPOCH);
-        let finalized = tags.get(&TAG_FINALIZED_FEATURES);
+    pub fn decode(tags: &BTreeMap<u32, Bytes>) -> Result<Option<DraftFeatures>, CodecError> {
+        let tag = |t: i32| u32::try_from(t).ok().and_then(|t| tags.get(&t));
+        let supported = tag(TAG_SUPPORTED_FEATURES);
+        let epoch = tag(TAG_FINALIZED_EPOCH);
+        let finalized = tag(TAG_FINALIZED_FEATURES);
         if supported.is_none() && epoch.is_none() && finalized.is_none() {
             return Ok(None);
         }
@@ -169,7 +170,8 @@ mod tests {
     #[test]
     fn encode_then_decode_is_identity() {
         let d = sample();
-        assert_eq!(DraftFeatures::decode(&d.encode()).unwrap(), Some(d));
+        let tags = d.encode().into_iter().map(|(t, v)| (t as u32, v)).collect();
+        assert_eq!(DraftFeatures::decode(&tags).unwrap(), Some(d));
     }
 
     #[test]
@@ -203,7 +205,7 @@ mod tests {
         raw.extend_from_slice(&1i64.to_be_bytes());
         raw.extend_from_slice(&40_000i64.to_be_bytes());
         raw.push(0);
-        let tags = [(TAG_SUPPORTED_FEATURES, Bytes::from(raw))].into();
+        let tags = [(TAG_SUPPORTED_FEATURES as u32, Bytes::from(raw))].into();
         let err = DraftFeatures::decode(&tags).unwrap_err();
         assert!(
             err.to_string().contains("outside Kafka's int16 range"),

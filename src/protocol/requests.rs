@@ -1,7 +1,8 @@
 //! Bounds-checked decoders for the request bodies kshim answers itself and whose
 //! schemas contain arrays. They produce kafka-protocol's types, so that the rest of
 //! kshim sees one model; the tests check them against kafka-protocol's own
-//! decoders on valid input.
+//! decoders on valid input. Unknown tagged fields are read past and not kept:
+//! kshim answers these requests itself and never encodes them again.
 //!
 //! Bytes after the last field are ignored, as Kafka's own parsers ignore them:
 //! librdkafka 2.x sends three extra bytes after a Metadata v13 request for all
@@ -36,13 +37,13 @@ pub fn update_features(version: i16, body: &[u8]) -> Result<UpdateFeaturesReques
         } else {
             key.upgrade_type = r.i8("UpgradeType")?;
         }
-        key.unknown_tagged_fields = r.tagged_fields("FeatureUpdateKey")?;
+        r.tagged_fields("FeatureUpdateKey")?;
         req.feature_updates.push(key);
     }
     if version >= 1 {
         req.validate_only = r.bool("ValidateOnly")?;
     }
-    req.unknown_tagged_fields = r.tagged_fields("UpdateFeaturesRequest")?;
+    r.tagged_fields("UpdateFeaturesRequest")?;
     Ok(req)
 }
 
@@ -70,7 +71,7 @@ pub fn metadata(version: i16, body: &[u8]) -> Result<MetadataRequest, CodecError
                 };
                 t.name = name.map(|n| TopicName(owned(n)));
                 if flexible {
-                    t.unknown_tagged_fields = r.tagged_fields("MetadataRequestTopic")?;
+                    r.tagged_fields("MetadataRequestTopic")?;
                 }
                 topics.push(t);
             }
@@ -88,7 +89,7 @@ pub fn metadata(version: i16, body: &[u8]) -> Result<MetadataRequest, CodecError
         req.include_topic_authorized_operations = r.bool("IncludeTopicAuthorizedOperations")?;
     }
     if flexible {
-        req.unknown_tagged_fields = r.tagged_fields("MetadataRequest")?;
+        r.tagged_fields("MetadataRequest")?;
     }
     Ok(req)
 }
@@ -104,7 +105,7 @@ pub fn describe_cluster(version: i16, body: &[u8]) -> Result<DescribeClusterRequ
     if version >= 2 {
         req.include_fenced_brokers = r.bool("IncludeFencedBrokers")?;
     }
-    req.unknown_tagged_fields = r.tagged_fields("DescribeClusterRequest")?;
+    r.tagged_fields("DescribeClusterRequest")?;
     Ok(req)
 }
 

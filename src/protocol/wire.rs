@@ -169,11 +169,13 @@ impl<'a> Reader<'a> {
         Ok(Some(n))
     }
 
-    /// A tagged-field section, kept as raw values by tag.
+    /// A tagged-field section, kept as raw values by tag. Tag numbers are
+    /// unsigned 32-bit, as on the wire: kafka-protocol's signed keys would turn
+    /// tags of 2^31 and more negative, and its encoder leaves those out.
     pub fn tagged_fields(
         &mut self,
         what: &'static str,
-    ) -> Result<BTreeMap<i32, Bytes>, CodecError> {
+    ) -> Result<BTreeMap<u32, Bytes>, CodecError> {
         let count = self.uvarint(what)?;
         let mut out = BTreeMap::new();
         let mut last: Option<u32> = None;
@@ -187,7 +189,7 @@ impl<'a> Reader<'a> {
             last = Some(tag);
             let size = self.uvarint(what)? as usize;
             let value = self.take(size, what)?;
-            out.insert(tag as i32, Bytes::copy_from_slice(value));
+            out.insert(tag, Bytes::copy_from_slice(value));
         }
         Ok(out)
     }

@@ -8,7 +8,7 @@
 
 use super::Limits;
 use crate::handlers::forward::{AfterResponse, MergeFn};
-use crate::handlers::sasl::SaslExchange;
+use crate::handlers::sasl::{self, SaslExchange, SaslVerdict};
 use crate::handlers::{dispatch, Action, Context, Peer};
 use crate::metrics::Outcome;
 use crate::protocol::response::{response_body_offset, with_new_body};
@@ -28,12 +28,15 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::watch;
 use tokio_util::codec::FramedRead;
 
-/// A request on its way to its reply, as the metrics see it.
+/// A request on its way to its reply: what the metrics, and the SASL reader,
+/// need to know of it.
 #[derive(Clone, Copy)]
 struct Timing {
     api_key: i16,
     version: i16,
     read_at: Instant,
+    /// A SASL request the upstream answers; its answer goes to `SaslExchange`.
+    sasl: bool,
 }
 
 impl Timing {
@@ -47,6 +50,7 @@ impl Timing {
             api_key: field(0),
             version: field(2),
             read_at: Instant::now(),
+            sasl: false,
         }
     }
 }
@@ -99,13 +103,15 @@ pub(super) async fn run<R, W>(
             biased;
             Some((reply, outcome, timing)) = in_flight.next(), if !in_flight.is_empty() => {
                 metrics.request(timing.api_key, timing.version, outcome, timing.read_at.elapsed());
-                if timing.api_key == ApiKey::SaslAuthenticate as i16 {
-                    if let Reply::Unprefixed(frame) = &reply {
-                        if let Some(principal) = sasl.response(timing.version, frame) {
+                if let (true, Reply::Unprefixed(frame)) = (timing.sasl, &reply) {
+                    match sasl.response(frame) {
+                        Ok(Some(principal)) => {
                             tracing::debug!(peer = %addr, %principal, "SASL authentication accepted by the upstream");
                             metrics.sasl_authenticated();
                             peer = Arc::new(Peer { principal, ..(*peer).clone() });
                         }
+                        Ok(None) => {}
+                        Err(why) => break why,
                     }
                 }
                 let written = match reply {
@@ -131,12 +137,23 @@ pub(super) async fn run<R, W>(
             frame = frames.next(), if reading && in_flight.len() < limits.max_in_flight => match frame {
                 Some(Ok(frame)) => {
                     metrics.received(frame.len() + 4);
-                    let timing = Timing::of(&frame);
-                    if ctx.upstream.is_some()
-                        && (timing.api_key == ApiKey::SaslHandshake as i16
-                            || timing.api_key == ApiKey::SaslAuthenticate as i16)
-                    {
-                        sasl.request(timing.api_key, &frame);
+                    let mut timing = Timing::of(&frame);
+                    if ctx.upstream.is_some() && sasl::reads(timing.api_key) {
+                        match sasl.request(&frame) {
+                            SaslVerdict::Forward => timing.sasl = true,
+                            SaslVerdict::Refuse(answer) => {
+                                in_flight.push_back(Box::pin(std::future::ready((
+                                    Reply::Prefixed(answer),
+                                    Outcome::Rejected,
+                                    timing,
+                                ))));
+                                continue;
+                            }
+                            SaslVerdict::Close(why) => {
+                                tracing::info!(peer = %addr, principal = %peer.principal, "SASL exchange refused: {why}");
+                                break why;
+                            }
+                        }
                     }
                     match reply_to(dispatch(&ctx, &peer, frame), &ctx, &peer, &mut link) {
                         Some(reply) => in_flight.push_back(Box::pin(

@@ -367,6 +367,37 @@ mod tests {
     }
 
     #[test]
+    fn decimal_values_come_back_exactly_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = OverrideLog::open(dir.path()).unwrap();
+        let values: Overrides = [
+            "222601422095.333222",
+            "0.1",
+            "1e-300",
+            "179769313486231570000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000.0",
+            "3.141592653589793",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let value: Value = serde_json::from_str(text).unwrap();
+            // The value is the double nearest the text, as Rust's own parser finds it.
+            assert_eq!(value.as_f64(), text.parse::<f64>().ok(), "{text}");
+            (format!("policy.key{i}"), value)
+        })
+        .collect();
+        log.commit(&values).unwrap();
+        let reopened = OverrideLog::open(dir.path()).unwrap();
+        for (key, value) in &values {
+            assert_eq!(
+                reopened.active()[key].as_f64().map(f64::to_bits),
+                value.as_f64().map(f64::to_bits),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
     fn a_change_without_its_marker_is_dropped_and_cannot_be_committed_later() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = OverrideLog::open(dir.path()).unwrap();
