@@ -48,8 +48,12 @@ impl Outcome {
 /// Why a connection was turned away before its first request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// `max_connections` reached.
+    /// `max_connections` reached (or the descriptor budget below it).
     ConnectionLimit,
+    /// `max_connections_per_ip` (or its override) reached for the client's address.
+    AddressLimit,
+    /// The process had no file descriptor left to accept with.
+    Descriptors,
     /// The TLS handshake failed or timed out.
     TlsHandshake,
     /// A client certificate that no principal mapping rule maps.
@@ -57,8 +61,10 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    const ALL: [Refusal; 3] = [
+    const ALL: [Refusal; 5] = [
         Refusal::ConnectionLimit,
+        Refusal::AddressLimit,
+        Refusal::Descriptors,
         Refusal::TlsHandshake,
         Refusal::NoPrincipal,
     ];
@@ -66,8 +72,30 @@ impl Refusal {
     fn label(self) -> &'static str {
         match self {
             Refusal::ConnectionLimit => "connection_limit",
+            Refusal::AddressLimit => "address_limit",
+            Refusal::Descriptors => "descriptors",
             Refusal::TlsHandshake => "tls_handshake",
             Refusal::NoPrincipal => "no_principal",
+        }
+    }
+}
+
+/// Why kshim closed a client connection that had been let in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closure {
+    /// No request for `connections_max_idle_ms`.
+    Idle,
+    /// A frame started and did not arrive whole within `frame_read_timeout_ms`.
+    FrameTimeout,
+}
+
+impl Closure {
+    const ALL: [Closure; 2] = [Closure::Idle, Closure::FrameTimeout];
+
+    fn label(self) -> &'static str {
+        match self {
+            Closure::Idle => "idle",
+            Closure::FrameTimeout => "frame_timeout",
         }
     }
 }
@@ -133,7 +161,8 @@ pub struct Metrics {
     bytes_sent: AtomicU64,
     connections_open: AtomicI64,
     connections_accepted: AtomicU64,
-    connections_refused: [AtomicU64; 3],
+    connections_refused: [AtomicU64; Refusal::ALL.len()],
+    connections_closed: [AtomicU64; Closure::ALL.len()],
     sasl_authentications: AtomicU64,
     reloads_applied: [AtomicU64; 2],
     reloads_refused: [AtomicU64; 2],
@@ -167,6 +196,7 @@ impl Metrics {
             connections_open: AtomicI64::new(0),
             connections_accepted: AtomicU64::new(0),
             connections_refused: std::array::from_fn(|_| AtomicU64::new(0)),
+            connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
             sasl_authentications: AtomicU64::new(0),
             reloads_applied: std::array::from_fn(|_| AtomicU64::new(0)),
             reloads_refused: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -201,6 +231,10 @@ impl Metrics {
 
     pub fn connection_refused(&self, why: Refusal) {
         self.connections_refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_closed(&self, why: Closure) {
+        self.connections_closed[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A client's SASL authentication that the upstream accepted.
@@ -339,6 +373,20 @@ impl Metrics {
                 "kshim_connections_refused_total{{reason=\"{}\"}} {}",
                 why.label(),
                 self.connections_refused[why as usize].load(Ordering::Relaxed)
+            );
+        }
+        header(
+            o,
+            "kshim_connections_closed_total",
+            "counter",
+            "Client connections kshim closed for holding resources without using them, by reason.",
+        );
+        for why in Closure::ALL {
+            let _ = writeln!(
+                o,
+                "kshim_connections_closed_total{{reason=\"{}\"}} {}",
+                why.label(),
+                self.connections_closed[why as usize].load(Ordering::Relaxed)
             );
         }
         header(

@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
 
 /// A bound, not yet serving, kshim in front of a cluster.
@@ -119,7 +119,7 @@ impl Proxy {
                 upstream_config.refresh_interval_ms
             ),
         }
-        let limits = limits(config);
+        let limits = limits(config, Some(upstream_config));
         Ok(Proxy {
             listener,
             local_addr,
@@ -149,14 +149,14 @@ impl Proxy {
             tls,
             ..
         } = self;
-        let permits = Arc::new(Semaphore::new(limits.max_connections));
+        let admission = limits.admission();
         let tracker = TaskTracker::new();
         tracker.spawn(server::serve(
             listener,
             Route::Bootstrap,
             Arc::clone(&context),
             limits.clone(),
-            Arc::clone(&permits),
+            Arc::clone(&admission),
             tls.clone(),
             shutdown.clone(),
         ));
@@ -174,7 +174,7 @@ impl Proxy {
                             Route::Node(node),
                             Arc::clone(&context),
                             limits.clone(),
-                            Arc::clone(&permits),
+                            Arc::clone(&admission),
                             tls.clone(),
                             shutdown.clone(),
                         ));

@@ -2,7 +2,7 @@
 //! listener, from a `Config`. Used by `kshim serve` and by the integration tests,
 //! so that both start the same thing.
 
-use crate::config::Config;
+use crate::config::{Config, UpstreamConfig};
 use crate::controller::{ControllerError, ControllerSettings, FeatureController};
 use crate::features::Ownership;
 use crate::handlers::api_versions::{Discovery, STANDALONE_APIS};
@@ -10,11 +10,12 @@ use crate::handlers::{Authorizer, Context, NodeAddress};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
-use crate::server::{self, Limits};
+use crate::server::{self, admission, Limits};
 use crate::store::{FileStore, StoreError};
 use crate::tls::{TlsCell, TlsMaterial};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -80,7 +81,7 @@ impl Standalone {
             policies: Arc::new(PolicyCell::new(config.policies.clone())),
             metrics,
         });
-        let limits = limits(config);
+        let limits = limits(config, None);
         Ok(Standalone {
             listener,
             local_addr,
@@ -92,13 +93,13 @@ impl Standalone {
 
     /// Serves until `shutdown` turns true.
     pub async fn serve(self, shutdown: watch::Receiver<bool>) {
-        let permits = Arc::new(tokio::sync::Semaphore::new(self.limits.max_connections));
+        let admission = self.limits.admission();
         server::serve(
             self.listener,
             crate::upstream::Route::Bootstrap,
             self.context,
             self.limits,
-            permits,
+            admission,
             self.tls,
             shutdown,
         )
@@ -148,10 +149,44 @@ pub(crate) async fn bind_listener(
     Ok((listener, local_addr))
 }
 
-pub(crate) fn limits(config: &Config) -> Limits {
+/// The limits of the Kafka listeners. Raises the process's open-file limit
+/// toward its hard limit, and keeps `max_connections` within what the
+/// descriptors allow: in front of a cluster each client connection holds two
+/// (its own and its upstream link), and every broker a listener and a control
+/// connection.
+pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limits {
+    let mut max_connections = config.max_connections;
+    if let Some(descriptors) = admission::raise_descriptor_limit() {
+        let (fixed, per_connection) = match upstream {
+            Some(u) => (2 * u.max_brokers, 2),
+            None => (0, 1),
+        };
+        let budget = admission::connection_budget(
+            descriptors,
+            config.descriptor_reserve,
+            fixed,
+            per_connection,
+        );
+        if budget < max_connections {
+            tracing::warn!(
+                "max_connections lowered from {max_connections} to {budget}: the open-file limit is {descriptors}, \
+                 with {} kept back (descriptor_reserve) and {fixed} for broker listeners",
+                config.descriptor_reserve
+            );
+            max_connections = budget;
+        }
+    }
     Limits {
         max_frame_bytes: config.max_frame_bytes,
-        max_connections: config.max_connections,
+        max_connections,
+        max_connections_per_ip: config.max_connections_per_ip,
+        max_connections_per_ip_overrides: config
+            .max_connections_per_ip_overrides
+            .iter()
+            .map(|(ip, n)| (*ip, *n))
+            .collect(),
+        idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
+        frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
         ..Limits::default()
     }
 }

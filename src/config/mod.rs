@@ -31,6 +31,17 @@ pub struct Config {
     pub cluster_id: Option<String>,
     pub max_frame_bytes: usize,
     pub max_connections: usize,
+    /// Open connections from one address (Kafka's `max.connections.per.ip`).
+    pub max_connections_per_ip: usize,
+    /// Per-address exceptions to `max_connections_per_ip`.
+    pub max_connections_per_ip_overrides: BTreeMap<std::net::IpAddr, usize>,
+    /// A connection with no request for this long is closed.
+    pub connections_max_idle_ms: u64,
+    /// A frame that has started must arrive whole within this long.
+    pub frame_read_timeout_ms: u64,
+    /// File descriptors kept back from client connections, for the store, the
+    /// admin API and kshim's own upstream connections.
+    pub descriptor_reserve: usize,
     pub draft_tags: bool,
     /// `None`: Kafka 4.1's own features.
     pub supported: Option<SupportedFeatures>,
@@ -84,6 +95,11 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// The largest response accepted from a broker.
     pub max_response_bytes: usize,
+    /// Broker ids kshim opens listeners for; a Metadata answer naming more is
+    /// not passed on.
+    pub max_brokers: usize,
+    /// How long the listener of a broker that left stays open for its return.
+    pub listener_grace_ms: u64,
     /// The address per-broker listeners bind; default: the listen host.
     pub listener_host: Option<String>,
     /// The host clients are told for per-broker listeners; default: the host of
@@ -106,6 +122,8 @@ impl Default for UpstreamConfig {
             refresh_interval_ms: 5_000,
             connect_timeout_ms: 5_000,
             max_response_bytes: 256 * 1024 * 1024,
+            max_brokers: 1_000,
+            listener_grace_ms: 300_000,
             listener_host: None,
             advertised_host: None,
             port_base: None,
@@ -126,6 +144,11 @@ impl Default for Config {
             cluster_id: None,
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
             max_connections: 10_000,
+            max_connections_per_ip: 1_000,
+            max_connections_per_ip_overrides: BTreeMap::new(),
+            connections_max_idle_ms: 600_000,
+            frame_read_timeout_ms: 60_000,
+            descriptor_reserve: 256,
             draft_tags: true,
             supported: None,
             bootstrap: None,
@@ -308,6 +331,28 @@ fn level(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<i16> {
     }
 }
 
+/// `max_connections_per_ip_overrides`: IP address = count (0 refuses the address).
+fn per_ip_overrides(
+    t: &toml::Table,
+    errors: &mut Vec<String>,
+) -> BTreeMap<std::net::IpAddr, usize> {
+    let mut out = BTreeMap::new();
+    for (addr, count) in t {
+        let key = format!("max_connections_per_ip_overrides.\"{addr}\"");
+        let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
+            errors.push(format!("{key}: the key must be an IP address"));
+            continue;
+        };
+        match count.as_integer().map(usize::try_from) {
+            Some(Ok(n)) => {
+                out.insert(ip, n);
+            }
+            _ => errors.push(format!("{key}: expected a count of connections")),
+        }
+    }
+    out
+}
+
 /// `HOST:PORT` with a numeric port.
 fn check_host_port(key: &str, value: &str, errors: &mut Vec<String>) {
     match value.rsplit_once(':') {
@@ -345,6 +390,26 @@ impl Config {
             }
             if let Some(v) = top.int::<usize>("max_connections", "a positive count") {
                 c.max_connections = v;
+            }
+            if let Some(v) = top.int::<usize>("max_connections_per_ip", "a positive count") {
+                c.max_connections_per_ip = v;
+            }
+            if let Some(t) = top.table("max_connections_per_ip_overrides") {
+                c.max_connections_per_ip_overrides = per_ip_overrides(t, top.errors);
+            }
+            if let Some(v) = top.int::<u64>(
+                "connections_max_idle_ms",
+                "a positive number of milliseconds",
+            ) {
+                c.connections_max_idle_ms = v;
+            }
+            if let Some(v) =
+                top.int::<u64>("frame_read_timeout_ms", "a positive number of milliseconds")
+            {
+                c.frame_read_timeout_ms = v;
+            }
+            if let Some(v) = top.int::<usize>("descriptor_reserve", "a count of descriptors") {
+                c.descriptor_reserve = v;
             }
             let discovery = top.table("discovery");
             let features = top.table("features");
@@ -439,6 +504,15 @@ impl Config {
         if self.max_connections == 0 {
             errors.push("max_connections: must be at least 1".into());
         }
+        if self.max_connections_per_ip == 0 {
+            errors.push("max_connections_per_ip: must be at least 1".into());
+        }
+        if self.connections_max_idle_ms == 0 {
+            errors.push("connections_max_idle_ms: must be at least 1".into());
+        }
+        if self.frame_read_timeout_ms == 0 {
+            errors.push("frame_read_timeout_ms: must be at least 1".into());
+        }
         if let Some(alter) = &self.alter_cluster {
             for p in alter {
                 if !p.contains(':') {
@@ -459,6 +533,9 @@ impl Config {
             if u.connect_timeout_ms == 0 {
                 errors.push("upstream.connect_timeout_ms: must be at least 1".into());
             }
+            if u.max_brokers == 0 {
+                errors.push("upstream.max_brokers: must be at least 1".into());
+            }
             if u.max_response_bytes < 1024 {
                 errors.push(format!(
                     "upstream.max_response_bytes: {} is too small for any Kafka response",
@@ -466,11 +543,17 @@ impl Config {
                 ));
             }
             let mut taken: BTreeMap<u16, i32> = BTreeMap::new();
+            let configured = self.configured_ports();
             for (&node, &port) in &u.ports {
                 if port != 0 {
                     if let Some(other) = taken.insert(port, node) {
                         errors.push(format!(
                             "upstream.listeners.ports: nodes {other} and {node} both have port {port}"
+                        ));
+                    }
+                    if let Some((key, _)) = configured.iter().find(|(_, p)| *p == port) {
+                        errors.push(format!(
+                            "upstream.listeners.ports.\"{node}\": port {port} is {key}'s port"
                         ));
                     }
                 }
@@ -493,6 +576,24 @@ impl Config {
                 }
             }
         }
+    }
+
+    /// The fixed ports of kshim's own listeners (the Kafka listener and the
+    /// admin API), which no broker's listener may take.
+    pub fn configured_ports(&self) -> Vec<(&'static str, u16)> {
+        let port = |addr: &str| {
+            addr.rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .filter(|p| *p != 0)
+        };
+        let mut out = Vec::new();
+        if let Some(p) = port(&self.listen) {
+            out.push(("listen", p));
+        }
+        if let Some(p) = self.admin.as_ref().and_then(|a| port(&a.listen)) {
+            out.push(("admin.listen", p));
+        }
+        out
     }
 
     pub fn supported_features(&self) -> SupportedFeatures {

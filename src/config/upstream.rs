@@ -20,6 +20,12 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> Upstr
     if let Some(v) = w.int::<usize>("max_response_bytes", "a positive size") {
         u.max_response_bytes = v;
     }
+    if let Some(v) = w.int::<usize>("max_brokers", "a positive count") {
+        u.max_brokers = v;
+    }
+    if let Some(v) = w.int::<u64>("listener_grace_ms", "a number of milliseconds") {
+        u.listener_grace_ms = v;
+    }
     let listeners = w.table("listeners");
     let sasl = w.table("sasl");
     let tls_table = w.table("tls");

@@ -27,11 +27,22 @@ pub enum FrameError {
 #[derive(Debug, Clone)]
 pub struct FrameCodec {
     max_frame_bytes: usize,
+    /// When the bytes of a frame not yet whole began to arrive.
+    partial_since: Option<std::time::Instant>,
 }
 
 impl FrameCodec {
     pub fn new(max_frame_bytes: usize) -> Self {
-        FrameCodec { max_frame_bytes }
+        FrameCodec {
+            max_frame_bytes,
+            partial_since: None,
+        }
+    }
+
+    /// Since when part of a frame has been waiting for the rest; `None` between
+    /// frames.
+    pub fn partial_since(&self) -> Option<std::time::Instant> {
+        self.partial_since
     }
 }
 
@@ -46,6 +57,12 @@ impl Decoder for FrameCodec {
     type Error = FrameError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+        if src.is_empty() {
+            self.partial_since = None;
+            return Ok(None);
+        }
+        self.partial_since
+            .get_or_insert_with(std::time::Instant::now);
         if src.len() < 4 {
             return Ok(None);
         }
@@ -65,7 +82,10 @@ impl Decoder for FrameCodec {
             return Ok(None);
         }
         src.advance(4);
-        Ok(Some(src.split_to(size).freeze()))
+        let frame = src.split_to(size).freeze();
+        // What follows in the buffer is the start of the next frame.
+        self.partial_since = (!src.is_empty()).then(std::time::Instant::now);
+        Ok(Some(frame))
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {

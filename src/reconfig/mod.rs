@@ -128,7 +128,7 @@ pub struct Validation {
 
 /// Keys whose changes need a restart, with everything below them. A dynamic
 /// component's keys are claimed first; these catch the rest.
-const RESTART_KEYS: [&str; 13] = [
+const RESTART_KEYS: [&str; 18] = [
     "listen",
     "advertised_listener",
     "data_dir",
@@ -136,6 +136,11 @@ const RESTART_KEYS: [&str; 13] = [
     "cluster_id",
     "max_frame_bytes",
     "max_connections",
+    "max_connections_per_ip",
+    "max_connections_per_ip_overrides",
+    "connections_max_idle_ms",
+    "frame_read_timeout_ms",
+    "descriptor_reserve",
     "discovery",
     "features",
     "upstream",
@@ -162,6 +167,20 @@ fn restart_view(c: &Config) -> RestartView {
         ("cluster_id", format!("{:?}", c.cluster_id)),
         ("max_frame_bytes", c.max_frame_bytes.to_string()),
         ("max_connections", c.max_connections.to_string()),
+        (
+            "max_connections_per_ip",
+            c.max_connections_per_ip.to_string(),
+        ),
+        (
+            "max_connections_per_ip_overrides",
+            format!("{:?}", c.max_connections_per_ip_overrides),
+        ),
+        (
+            "connections_max_idle_ms",
+            c.connections_max_idle_ms.to_string(),
+        ),
+        ("frame_read_timeout_ms", c.frame_read_timeout_ms.to_string()),
+        ("descriptor_reserve", c.descriptor_reserve.to_string()),
         ("discovery.draft_tags", c.draft_tags.to_string()),
         (
             "features",

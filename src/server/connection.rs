@@ -10,7 +10,7 @@ use super::Limits;
 use crate::handlers::forward::{AfterResponse, MergeFn};
 use crate::handlers::sasl::{self, SaslExchange, SaslVerdict};
 use crate::handlers::{dispatch, Action, Context, Peer};
-use crate::metrics::Outcome;
+use crate::metrics::{Closure, Outcome};
 use crate::protocol::response::{response_body_offset, with_new_body};
 use crate::protocol::CodecError;
 use crate::protocol::FrameCodec;
@@ -94,10 +94,28 @@ pub(super) async fn run<R, W>(
         _ => None,
     };
     tracing::debug!(peer = %addr, route = ?peer.route, "connection opened");
+    // The idle and unfinished-frame deadlines share one timer. It is moved only
+    // when it must fire sooner; firing early, it has the deadline worked out again.
+    let mut last_activity = Instant::now();
+    let timer = tokio::time::sleep(limits.idle_timeout);
+    tokio::pin!(timer);
 
     let reason: String = loop {
         if !reading && in_flight.is_empty() {
             break "peer closed".into();
+        }
+        let accepting = reading && in_flight.len() < limits.max_in_flight;
+        let partial = frames.decoder().partial_since();
+        let deadline = match partial {
+            Some(started) if accepting => Some(started + limits.frame_timeout),
+            _ if in_flight.is_empty() => Some(last_activity + limits.idle_timeout),
+            _ => None,
+        };
+        if let Some(d) = deadline {
+            let d = tokio::time::Instant::from_std(d);
+            if d < timer.deadline() {
+                timer.as_mut().reset(d);
+            }
         }
         tokio::select! {
             biased;
@@ -128,14 +146,18 @@ pub(super) async fn run<R, W>(
                 if let Err(e) = written {
                     break format!("write failed: {e}");
                 }
+                last_activity = Instant::now();
                 if in_flight.is_empty() {
                     if let Err(e) = out.flush().await {
                         break format!("flush failed: {e}");
                     }
                 }
             }
-            frame = frames.next(), if reading && in_flight.len() < limits.max_in_flight => match frame {
-                Some(Ok(frame)) => {
+            event = next_frame(&mut frames, partial), if accepting => match event {
+                // The loop sets the frame's deadline.
+                FrameEvent::Started => {}
+                FrameEvent::Frame(Some(Ok(frame))) => {
+                    last_activity = Instant::now();
                     metrics.received(frame.len() + 4);
                     let mut timing = Timing::of(&frame);
                     if ctx.upstream.is_some() && sasl::reads(timing.api_key) {
@@ -163,8 +185,8 @@ pub(super) async fn run<R, W>(
                         None => metrics.request(timing.api_key, timing.version, Outcome::Forwarded, timing.read_at.elapsed()),
                     }
                 }
-                Some(Err(e)) => break e.to_string(),
-                None => reading = false,
+                FrameEvent::Frame(Some(Err(e))) => break e.to_string(),
+                FrameEvent::Frame(None) => reading = false,
             },
             // Broker-side state (SASL authentication, for one) lives on the upstream
             // connection; once it ends, the client must start over on a new one.
@@ -175,10 +197,47 @@ pub(super) async fn run<R, W>(
                 break "the upstream broker behind this listener left or moved".into();
             }
             _ = super::stopped(&mut shutdown), if reading => reading = false,
+            () = &mut timer => {
+                match deadline {
+                    Some(d) if Instant::now() >= d => {
+                        let (why, text) = if partial.is_some() && accepting {
+                            (Closure::FrameTimeout, format!("a frame did not arrive whole within {:?} (frame_read_timeout_ms)", limits.frame_timeout))
+                        } else {
+                            (Closure::Idle, format!("idle for {:?} (connections_max_idle_ms)", limits.idle_timeout))
+                        };
+                        metrics.connection_closed(why);
+                        break text;
+                    }
+                    _ => timer.as_mut().reset(tokio::time::Instant::now() + limits.idle_timeout),
+                }
+            }
         }
     };
     let _ = out.flush().await;
     tracing::debug!(peer = %addr, "connection closed: {reason}");
+}
+
+/// What reading the client's socket brought.
+enum FrameEvent {
+    /// A whole frame, an error, or the end of the stream.
+    Frame(Option<Result<Bytes, crate::protocol::frame::FrameError>>),
+    /// The first bytes of a frame arrived; the rest has not.
+    Started,
+}
+
+/// The next frame, or word that one has started (so that its deadline is set
+/// from its first byte). `seen` is the start the caller already knows of.
+fn next_frame<'a, R: AsyncRead + Unpin>(
+    frames: &'a mut FramedRead<R, FrameCodec>,
+    seen: Option<Instant>,
+) -> impl std::future::Future<Output = FrameEvent> + 'a {
+    futures::future::poll_fn(move |cx| match frames.poll_next_unpin(cx) {
+        std::task::Poll::Ready(frame) => std::task::Poll::Ready(FrameEvent::Frame(frame)),
+        std::task::Poll::Pending if frames.decoder().partial_since() != seen => {
+            std::task::Poll::Ready(FrameEvent::Started)
+        }
+        std::task::Poll::Pending => std::task::Poll::Pending,
+    })
 }
 
 async fn link_closed(link: &Option<UpstreamLink>) {

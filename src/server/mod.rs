@@ -2,15 +2,19 @@
 //! order, capping connections, and shutting down gracefully. No Kafka semantics:
 //! every frame goes to `handlers::dispatch`.
 
+pub mod admission;
 mod connection;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
 use crate::metrics::Refusal;
 use crate::upstream::Route;
+use admission::Admission;
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 /// How long a client has to finish its TLS handshake.
@@ -20,7 +24,15 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_frame_bytes: usize,
+    /// Client connections across every listener, within the descriptor budget.
     pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: HashMap<IpAddr, usize>,
+    /// A connection with no request in flight and none arriving for this long
+    /// is closed.
+    pub idle_timeout: Duration,
+    /// A frame that has started must arrive whole within this long.
+    pub frame_timeout: Duration,
     /// Requests read ahead of their responses on one connection.
     pub max_in_flight: usize,
     /// How long shutdown waits for connections to finish their requests.
@@ -32,10 +44,29 @@ impl Default for Limits {
         Limits {
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
             max_connections: 10_000,
+            max_connections_per_ip: 1_000,
+            max_connections_per_ip_overrides: HashMap::new(),
+            idle_timeout: Duration::from_secs(600),
+            frame_timeout: Duration::from_secs(60),
             max_in_flight: 64,
             shutdown_grace: Duration::from_secs(5),
         }
     }
+}
+
+impl Limits {
+    /// The caps on admitting connections, shared by every listener.
+    pub fn admission(&self) -> Arc<Admission> {
+        Admission::new(
+            self.max_connections,
+            self.max_connections_per_ip,
+            self.max_connections_per_ip_overrides.clone(),
+        )
+    }
+}
+
+fn is_out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 /// Resolves once `shutdown` turns true. A dropped sender means nobody will ask
@@ -54,7 +85,7 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// Accepts connections until `shutdown` turns true, then lets open connections
 /// finish the requests they have read (up to the grace period) and returns.
 /// `route` says which upstream broker, if any, the listener stands for.
-/// `permits` caps connections across every listener that shares it. With `tls`,
+/// `admission` caps connections across every listener that shares it. With `tls`,
 /// every connection starts with a handshake using the material in force at that
 /// moment.
 pub async fn serve(
@@ -62,7 +93,7 @@ pub async fn serve(
     route: Route,
     ctx: Arc<Context>,
     limits: Limits,
-    permits: Arc<Semaphore>,
+    admission: Arc<Admission>,
     tls: Option<Arc<crate::tls::TlsCell>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -73,17 +104,32 @@ pub async fn serve(
             accepted = listener.accept() => {
                 let (stream, addr) = match accepted {
                     Ok(pair) => pair,
+                    Err(e) if is_out_of_descriptors(&e) => {
+                        // The client waiting in the backlog is refused, not left hanging.
+                        if admission.shed(&listener).await {
+                            ctx.metrics.connection_refused(Refusal::Descriptors);
+                        }
+                        tracing::warn!("connection refused: {e}; raise the open-file limit or lower max_connections");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
                     Err(e) => {
-                        // Running out of file descriptors must not spin the loop.
                         tracing::warn!("accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 };
-                let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-                    ctx.metrics.connection_refused(Refusal::ConnectionLimit);
-                    tracing::warn!(peer = %addr, max = limits.max_connections, "connection refused: too many connections");
-                    continue;
+                let permit = match admission.admit(addr.ip()) {
+                    Ok(permit) => permit,
+                    Err(why) => {
+                        ctx.metrics.connection_refused(why);
+                        // At debug: a flood of refusals must not flood the log too.
+                        tracing::debug!(peer = %addr, "connection refused: {}", match why {
+                            Refusal::AddressLimit => format!("{} connections from this address already (max_connections_per_ip)", admission.limit_for(addr.ip())),
+                            _ => format!("{} connections already (max_connections)", limits.max_connections),
+                        });
+                        continue;
+                    }
                 };
                 let _ = stream.set_nodelay(true);
                 let ctx = Arc::clone(&ctx);
