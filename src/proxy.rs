@@ -17,6 +17,7 @@ use crate::standalone::{
 use crate::store::FileStore;
 use crate::tls::{ClientTlsCell, ClientTlsMaterial, TlsCell};
 use crate::upstream::cluster::Discoverer;
+use crate::upstream::listeners::BoundListener;
 use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ pub struct Proxy {
     pub upstream: Arc<Upstream>,
     discoverer: Discoverer,
     refresh_interval: Duration,
-    bound: mpsc::UnboundedReceiver<(i32, std::net::TcpListener)>,
+    bound: mpsc::UnboundedReceiver<BoundListener>,
     refresh_requests: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 }
 
@@ -167,19 +168,19 @@ impl Proxy {
         loop {
             tokio::select! {
                 _ = server::stopped(&mut stop) => break,
-                Some((node, socket)) = bound.recv() => match TcpListener::from_std(socket) {
+                Some(b) = bound.recv() => match TcpListener::from_std(b.socket) {
                     Ok(l) => {
                         tracker.spawn(server::serve(
                             l,
-                            Route::Node(node),
+                            Route::Node(b.node_id),
                             Arc::clone(&context),
                             limits.clone(),
                             Arc::clone(&admission),
                             tls.clone(),
-                            shutdown.clone(),
+                            b.closed,
                         ));
                     }
-                    Err(e) => tracing::error!(node, "cannot serve the listener of broker {node}: {e}"),
+                    Err(e) => tracing::error!(node = b.node_id, "cannot serve the listener of broker {}: {e}", b.node_id),
                 },
                 request = refresh_requests.recv() => {
                     // Everyone who asked while this refresh runs is answered by it.
@@ -197,6 +198,7 @@ impl Proxy {
                 }
             }
         }
+        upstream.listeners.close_all();
         tracker.close();
         tracker.wait().await;
     }
@@ -237,19 +239,52 @@ async fn refresh(
 /// Hands a fresh view to the listeners, ApiVersions and the controller.
 async fn apply(context: &Context, upstream: &Upstream, view: ClusterView, first: bool) {
     let previous = upstream.view();
+    // A misbehaving upstream may name thousands of brokers: one line for all
+    // that could not be served, not one each.
+    let mut unserved = Vec::new();
     for (&id, broker) in &view.brokers {
         if let Err(e) = upstream.listeners.ensure(id, &broker.address()) {
-            tracing::error!(node = id, "{e}");
+            unserved.push((id, e));
         }
     }
-    for &id in previous.brokers.keys() {
-        if !view.brokers.contains_key(&id) {
-            tracing::warn!(
-                node = id,
-                "broker {id} left the upstream cluster; closing its client connections"
-            );
-            upstream.listeners.retire(id);
-        }
+    if let Some((id, e)) = unserved.first() {
+        tracing::error!(
+            node = id,
+            "{e}{}",
+            match unserved.len() {
+                1 => String::new(),
+                n => format!(" (and {} more brokers not served)", n - 1),
+            }
+        );
+    }
+    let left: Vec<i32> = previous
+        .brokers
+        .keys()
+        .filter(|id| !view.brokers.contains_key(id))
+        .copied()
+        .collect();
+    for &id in &left {
+        upstream.listeners.retire(id);
+    }
+    match left.as_slice() {
+        [] => {}
+        [id] => tracing::warn!(
+            node = id,
+            "broker {id} left the upstream cluster; closing its client connections"
+        ),
+        ids => tracing::warn!(
+            "{} brokers left the upstream cluster (first {}); closing their client connections",
+            ids.len(),
+            ids[0]
+        ),
+    }
+    let closed = upstream.listeners.sweep();
+    if !closed.is_empty() {
+        tracing::info!(
+            "closed the listeners of {} broker(s) gone for longer than upstream.listener_grace_ms (first {})",
+            closed.len(),
+            closed[0]
+        );
     }
     if first {
         tracing::info!(
@@ -313,5 +348,12 @@ fn layout(
             .unwrap_or_else(|| bound.port().saturating_add(1)),
         ports: upstream.ports.clone(),
         bootstrap_port: bound.port(),
+        reserved: config
+            .configured_ports()
+            .into_iter()
+            .filter(|(key, _)| *key != "listen")
+            .collect(),
+        max_brokers: upstream.max_brokers,
+        grace: Duration::from_millis(upstream.listener_grace_ms),
     }
 }

@@ -247,12 +247,12 @@ async fn link_closed(link: &Option<UpstreamLink>) {
     }
 }
 
+/// Resolves when the broker behind the connection's listener leaves or moves,
+/// or its listener is closed for good (the sender is gone).
 async fn gone(watch: &mut Option<watch::Receiver<u64>>) {
     match watch {
         Some(w) => {
-            if w.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
+            let _ = w.changed().await;
         }
         None => std::future::pending::<()>().await,
     }

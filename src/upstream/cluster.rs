@@ -13,6 +13,8 @@ use crate::protocol::api_versions::{ApiRange, DecodedApiVersions};
 use crate::protocol::error_codes;
 use crate::protocol::{CodecError, Reader};
 use bytes::{Bytes, BytesMut};
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{ApiKey, MetadataRequest};
 use kafka_protocol::protocol::Encodable;
@@ -153,6 +155,17 @@ pub struct Discoverer {
 }
 
 const CLIENT_ID: &str = "kshim";
+/// Addresses asked for Metadata at once after the first failed; the first
+/// answer wins.
+const METADATA_FANOUT: usize = 4;
+/// Brokers asked for ApiVersions at once.
+const API_VERSIONS_FANOUT: usize = 32;
+
+/// What one broker said: its ApiVersions, and Metadata when asked for it.
+type Answer = (
+    DecodedApiVersions,
+    Option<(Option<String>, BTreeMap<i32, BrokerInfo>)>,
+);
 
 impl Discoverer {
     pub fn new(bootstrap: Vec<String>, link: LinkSettings) -> Self {
@@ -165,6 +178,8 @@ impl Discoverer {
 
     /// Asks the upstream for its brokers, trying the brokers of `previous` first
     /// and then every bootstrap address, and asks each broker what it serves.
+    /// Brokers are asked concurrently, each within `connect_timeout`, so a
+    /// broker that never answers costs one deadline, not one per broker.
     pub async fn refresh(&mut self, previous: &ClusterView) -> Result<ClusterView, UpstreamError> {
         let mut targets: Vec<String> = previous.brokers.values().map(BrokerInfo::address).collect();
         for b in &self.bootstrap {
@@ -174,22 +189,33 @@ impl Discoverer {
         }
         let mut failures = Vec::new();
         let mut found = None;
-        for target in &targets {
-            match self.metadata(target).await {
-                Ok(answer) => {
-                    found = Some((target.clone(), answer));
-                    break;
-                }
-                Err(e) => {
-                    self.clients.remove(target);
-                    failures.push(match e {
+        // The first address alone (it usually answers, and the others keep their
+        // connections), then the rest a few at a time.
+        let (first, rest) = targets.split_at(targets.len().min(1));
+        let waves = std::iter::once(first).chain(rest.chunks(METADATA_FANOUT));
+        'waves: for wave in waves {
+            let mut asks: FuturesUnordered<_> = wave
+                .iter()
+                .map(|target| self.ask(target.clone(), true))
+                .collect();
+            while let Some((target, client, answer)) = asks.next().await {
+                match answer {
+                    Ok((apis, Some(metadata))) => {
+                        if let Some(c) = client {
+                            self.clients.insert(target.clone(), c);
+                        }
+                        found = Some((target, metadata, apis));
+                        break 'waves;
+                    }
+                    Ok((_, None)) => {}
+                    Err(e) => failures.push(match e {
                         UpstreamError::Unreachable { reason, .. } => reason,
                         other => other.to_string(),
-                    });
+                    }),
                 }
             }
         }
-        let Some((asked, (cluster_id, brokers, asked_apis))) = found else {
+        let Some((asked, (cluster_id, brokers), asked_apis)) = found else {
             return Err(UpstreamError::Unreachable {
                 targets: targets.join(","),
                 reason: failures.join("; "),
@@ -197,25 +223,49 @@ impl Discoverer {
         };
         let mut live = BTreeMap::new();
         let mut asked_apis = Some(asked_apis);
+        let mut others = Vec::new();
         for (&id, broker) in &brokers {
             let address = broker.address();
             // The broker that answered Metadata has just answered ApiVersions too.
-            if address == asked {
-                if let Some(decoded) = asked_apis.take() {
-                    live.insert(id, decoded);
-                    continue;
-                }
-            }
-            match self.api_versions(&address).await {
-                Ok(decoded) => {
+            match (address == asked, asked_apis.take()) {
+                (true, Some(decoded)) => {
                     live.insert(id, decoded);
                 }
-                Err(e) => {
-                    self.clients.remove(&address);
-                    tracing::debug!(node = id, "broker {id} did not answer ApiVersions: {e}");
+                (_, kept) => {
+                    asked_apis = kept;
+                    others.push((id, address));
                 }
             }
         }
+        // Each address is asked once, whatever number of node ids it stands for.
+        let mut by_address: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for (id, address) in others {
+            by_address.entry(address).or_default().push(id);
+        }
+        let asks: Vec<_> = by_address
+            .into_iter()
+            .map(|(address, ids)| {
+                let ask = self.ask(address, false);
+                async move { (ids, ask.await) }
+            })
+            .collect();
+        let mut answers = futures::stream::iter(asks).buffer_unordered(API_VERSIONS_FANOUT);
+        let mut keep = Vec::new();
+        while let Some((ids, (address, client, answer))) = answers.next().await {
+            match answer {
+                Ok((decoded, _)) => {
+                    for &id in &ids {
+                        live.insert(id, decoded.clone());
+                    }
+                    keep.extend(client.map(|c| (address, c)));
+                }
+                Err(e) => {
+                    tracing::debug!("{address} (node {ids:?}) did not answer ApiVersions: {e}")
+                }
+            }
+        }
+        drop(answers);
+        self.clients.extend(keep);
         let wanted: Vec<String> = brokers.values().map(BrokerInfo::address).collect();
         self.clients.retain(|addr, _| wanted.contains(addr));
         let mut view = ClusterView {
@@ -239,6 +289,48 @@ impl Discoverer {
         Ok(view)
     }
 
+    /// Asks `target` for ApiVersions (and Metadata with `metadata`) on its control
+    /// connection, opened if need be, all within `connect_timeout`. The
+    /// connection comes back when it is still good.
+    fn ask(
+        &mut self,
+        target: String,
+        metadata: bool,
+    ) -> impl std::future::Future<
+        Output = (String, Option<KafkaClient>, Result<Answer, UpstreamError>),
+    > + 'static {
+        let held = self.clients.remove(&target);
+        let link = self.link.clone();
+        async move {
+            let deadline = link.connect_timeout;
+            let exchange = async {
+                let mut client = match held {
+                    Some(c) => c,
+                    None => control_connection(std::slice::from_ref(&target), &link).await?,
+                };
+                let apis = api_versions(&mut client, &target).await?;
+                let brokers = if metadata {
+                    Some(read_brokers(&mut client, &target, &apis).await?)
+                } else {
+                    None
+                };
+                Ok::<_, UpstreamError>((client, (apis, brokers)))
+            };
+            match tokio::time::timeout(deadline, exchange).await {
+                Ok(Ok((client, answer))) => (target, Some(client), Ok(answer)),
+                Ok(Err(e)) => (target, None, Err(e)),
+                Err(_) => {
+                    let reason = format!("no answer within {deadline:?}");
+                    let e = UpstreamError::Broken {
+                        target: target.clone(),
+                        reason,
+                    };
+                    (target, None, Err(e))
+                }
+            }
+        }
+    }
+
     async fn client(&mut self, target: &str) -> Result<&mut KafkaClient, UpstreamError> {
         if !self.clients.contains_key(target) {
             let client = control_connection(&[target.to_owned()], &self.link).await?;
@@ -250,62 +342,54 @@ impl Discoverer {
                 target: target.to_owned(),
             })
     }
+}
 
-    async fn api_versions(&mut self, target: &str) -> Result<DecodedApiVersions, UpstreamError> {
-        let client = self.client(target).await?;
-        let (_, decoded) = client.api_versions().await.map_err(|e| broken(target, e))?;
-        if decoded.error_code != error_codes::NONE {
-            return Err(UpstreamError::Protocol {
-                target: target.to_owned(),
-                reason: format!("ApiVersions failed with error code {}", decoded.error_code),
-            });
-        }
-        Ok(decoded)
+async fn api_versions(
+    client: &mut KafkaClient,
+    target: &str,
+) -> Result<DecodedApiVersions, UpstreamError> {
+    let (_, decoded) = client.api_versions().await.map_err(|e| broken(target, e))?;
+    if decoded.error_code != error_codes::NONE {
+        return Err(UpstreamError::Protocol {
+            target: target.to_owned(),
+            reason: format!("ApiVersions failed with error code {}", decoded.error_code),
+        });
     }
+    Ok(decoded)
+}
 
-    /// The cluster id and brokers from `target`, with what `target` advertised.
-    async fn metadata(
-        &mut self,
-        target: &str,
-    ) -> Result<
-        (
-            Option<String>,
-            BTreeMap<i32, BrokerInfo>,
-            DecodedApiVersions,
-        ),
-        UpstreamError,
-    > {
-        let decoded = self.api_versions(target).await?;
-        let version = negotiate(&decoded.apis, ApiKey::Metadata, 12)
-            .filter(|v| *v >= 1)
-            .ok_or_else(|| UpstreamError::Protocol {
-                target: target.to_owned(),
-                reason: "the broker serves no Metadata version kshim can use (1-12)".into(),
-            })?;
-        let mut request =
-            MetadataRequest::default().with_topics(Some(Vec::<MetadataRequestTopic>::new()));
-        if version >= 4 {
-            request.allow_auto_topic_creation = false;
-        }
-        let mut body = BytesMut::new();
-        request
-            .encode(&mut body, version)
-            .map_err(|e| UpstreamError::Protocol {
-                target: target.to_owned(),
-                reason: format!("cannot encode Metadata v{version}: {e}"),
-            })?;
-        let client = self.client(target).await?;
-        let raw = client
-            .request(ApiKey::Metadata, version, &body)
-            .await
-            .map_err(|e| broken(target, e))?;
-        let (cluster_id, brokers) =
-            decode_metadata_brokers(version, &raw).map_err(|e| UpstreamError::Protocol {
-                target: target.to_owned(),
-                reason: format!("unreadable Metadata v{version} response: {e}"),
-            })?;
-        Ok((cluster_id, brokers, decoded))
+/// The cluster id and brokers, from `target`, which advertised `apis`.
+async fn read_brokers(
+    client: &mut KafkaClient,
+    target: &str,
+    apis: &DecodedApiVersions,
+) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), UpstreamError> {
+    let version = negotiate(&apis.apis, ApiKey::Metadata, 12)
+        .filter(|v| *v >= 1)
+        .ok_or_else(|| UpstreamError::Protocol {
+            target: target.to_owned(),
+            reason: "the broker serves no Metadata version kshim can use (1-12)".into(),
+        })?;
+    let mut request =
+        MetadataRequest::default().with_topics(Some(Vec::<MetadataRequestTopic>::new()));
+    if version >= 4 {
+        request.allow_auto_topic_creation = false;
     }
+    let mut body = BytesMut::new();
+    request
+        .encode(&mut body, version)
+        .map_err(|e| UpstreamError::Protocol {
+            target: target.to_owned(),
+            reason: format!("cannot encode Metadata v{version}: {e}"),
+        })?;
+    let raw = client
+        .request(ApiKey::Metadata, version, &body)
+        .await
+        .map_err(|e| broken(target, e))?;
+    decode_metadata_brokers(version, &raw).map_err(|e| UpstreamError::Protocol {
+        target: target.to_owned(),
+        reason: format!("unreadable Metadata v{version} response: {e}"),
+    })
 }
 
 fn broken(target: &str, e: crate::client::ClientError) -> UpstreamError {

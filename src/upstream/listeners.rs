@@ -5,13 +5,18 @@
 //! names it goes out: the kernel queues connections on a bound socket, so a client
 //! that connects at once is never refused. Bound sockets are handed to whoever
 //! serves them through a channel, which keeps this module free of the handlers.
-//! A broker that leaves keeps its port (so that it can return to it); the client
-//! connections on that port are told to close, so that clients refresh metadata.
+//! A broker that leaves keeps its port for a grace period (so that it can return
+//! to it); the client connections on that port are told to close, so that
+//! clients refresh metadata. Past the grace period its listener closes.
+//!
+//! What the upstream says is bounded: at most `max_brokers` node ids get a
+//! listener, and no broker's port may be one of kshim's own or another node's.
 
 use super::rewrite::AddressBook;
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 /// Which upstream broker a kshim listener stands for.
@@ -36,6 +41,12 @@ pub struct ListenerLayout {
     pub ports: BTreeMap<i32, u16>,
     /// The bootstrap listener's port, which no broker may take.
     pub bootstrap_port: u16,
+    /// Other ports of kshim's own (the admin API's), which no broker may take.
+    pub reserved: Vec<(&'static str, u16)>,
+    /// Node ids that get a listener, at most.
+    pub max_brokers: usize,
+    /// How long the listener of a broker that left stays open.
+    pub grace: Duration,
 }
 
 impl ListenerLayout {
@@ -63,6 +74,21 @@ impl ListenerLayout {
                  give it another in upstream.listeners.ports or move port_base"
             ));
         }
+        if let Some((what, _)) = self.reserved.iter().find(|(_, p)| port != 0 && *p == port) {
+            return Err(format!(
+                "node {node_id} would be served on {port}, the port of {what}; \
+                 give it another in upstream.listeners.ports or move port_base"
+            ));
+        }
+        if let Some((other, _)) = self
+            .ports
+            .iter()
+            .find(|(&other, &p)| other != node_id && port != 0 && p == port)
+        {
+            return Err(format!(
+                "node {node_id} would be served on {port}, which upstream.listeners.ports gives node {other}"
+            ));
+        }
         Ok(port)
     }
 }
@@ -73,18 +99,30 @@ struct NodeListener {
     upstream: String,
     /// Bumped when the connections on this listener must close.
     generation: watch::Sender<u64>,
+    /// Since when the broker has been missing from the upstream's Metadata.
+    gone_since: Option<Instant>,
+    /// Turns true when the listener itself must close.
+    close: watch::Sender<bool>,
+}
+
+/// A listener bound for a broker, for whoever serves it.
+pub struct BoundListener {
+    pub node_id: i32,
+    pub socket: TcpListener,
+    /// Turns true when the listener must stop accepting.
+    pub closed: watch::Receiver<bool>,
 }
 
 /// The per-broker listeners and the upstream address behind each.
 pub struct Listeners {
     layout: ListenerLayout,
     nodes: Mutex<BTreeMap<i32, NodeListener>>,
-    bound: mpsc::UnboundedSender<(i32, TcpListener)>,
+    bound: mpsc::UnboundedSender<BoundListener>,
 }
 
 impl Listeners {
-    /// `bound` receives every listener this set binds, with its node id.
-    pub fn new(layout: ListenerLayout, bound: mpsc::UnboundedSender<(i32, TcpListener)>) -> Self {
+    /// `bound` receives every listener this set binds.
+    pub fn new(layout: ListenerLayout, bound: mpsc::UnboundedSender<BoundListener>) -> Self {
         Listeners {
             layout,
             nodes: Mutex::new(BTreeMap::new()),
@@ -107,6 +145,7 @@ impl Listeners {
     pub fn ensure(&self, node_id: i32, upstream: &str) -> Result<u16, String> {
         let mut nodes = self.lock();
         if let Some(n) = nodes.get_mut(&node_id) {
+            n.gone_since = None;
             if n.upstream != upstream {
                 tracing::info!(
                     node = node_id,
@@ -117,6 +156,13 @@ impl Listeners {
                 n.generation.send_modify(|g| *g += 1);
             }
             return Ok(n.port);
+        }
+        if nodes.len() >= self.layout.max_brokers {
+            return Err(format!(
+                "broker {node_id} is not served: kshim already has listeners for {} brokers \
+                 (upstream.max_brokers)",
+                self.layout.max_brokers
+            ));
         }
         let wanted = self.layout.port_for(node_id)?;
         let socket = TcpListener::bind((self.layout.bind_host.as_str(), wanted))
@@ -131,8 +177,13 @@ impl Listeners {
             .local_addr()
             .map_err(|e| format!("listener for broker {node_id}: {e}"))?
             .port();
+        let (close, closed) = watch::channel(false);
         self.bound
-            .send((node_id, socket))
+            .send(BoundListener {
+                node_id,
+                socket,
+                closed,
+            })
             .map_err(|_| "kshim is shutting down".to_owned())?;
         tracing::info!(
             node = node_id,
@@ -147,18 +198,51 @@ impl Listeners {
                 port,
                 upstream: upstream.to_owned(),
                 generation,
+                gone_since: None,
+                close,
             },
         );
         Ok(port)
     }
 
     /// The broker left the cluster: close the client connections routed to it.
-    /// Its listener stays, so that clients holding old metadata reach kshim and
-    /// are closed again until the broker returns.
+    /// Its listener stays for the grace period, so that clients holding old
+    /// metadata reach kshim and are closed again until the broker returns.
     pub fn retire(&self, node_id: i32) {
-        if let Some(n) = self.lock().get(&node_id) {
+        if let Some(n) = self.lock().get_mut(&node_id) {
             n.generation.send_modify(|g| *g += 1);
+            n.gone_since.get_or_insert_with(Instant::now);
         }
+    }
+
+    /// Closes the listeners of brokers gone for longer than the grace period;
+    /// returns their node ids.
+    pub fn sweep(&self) -> Vec<i32> {
+        let grace = self.layout.grace;
+        let mut nodes = self.lock();
+        let expired: Vec<i32> = nodes
+            .iter()
+            .filter(|(_, n)| n.gone_since.is_some_and(|t| t.elapsed() >= grace))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &expired {
+            if let Some(n) = nodes.remove(id) {
+                let _ = n.close.send(true);
+            }
+        }
+        expired
+    }
+
+    /// Closes every listener (at shutdown).
+    pub fn close_all(&self) {
+        for n in self.lock().values() {
+            let _ = n.close.send(true);
+        }
+    }
+
+    /// Node ids with a listener now.
+    pub fn served(&self) -> usize {
+        self.lock().len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, NodeListener>> {
@@ -192,6 +276,9 @@ mod tests {
             port_base: base,
             ports: [(7, 0), (8, 9092)].into(),
             bootstrap_port: 9092,
+            reserved: vec![("admin.listen", 9880)],
+            max_brokers: 3,
+            grace: Duration::from_millis(50),
         }
     }
 
@@ -214,8 +301,8 @@ mod tests {
         let (host, port) = listeners.client_address(1, "10.0.0.1", 9092).unwrap();
         assert_eq!(host, "kshim.example");
         assert!(port > 0);
-        let (node, _socket) = rx.try_recv().unwrap();
-        assert_eq!(node, 1);
+        let bound = rx.try_recv().unwrap();
+        assert_eq!(bound.node_id, 1);
         let watch = listeners.watch(1).unwrap();
         assert_eq!(
             listeners.client_address(1, "10.0.0.1", 9092).unwrap().1,
@@ -227,5 +314,43 @@ mod tests {
         assert!(watch.has_changed().unwrap());
         assert_eq!(listeners.upstream_of(1).as_deref(), Some("10.0.0.2:9092"));
         assert_eq!(super::super::cluster::host_port("::1", 9092), "[::1]:9092");
+    }
+
+    #[test]
+    fn kshims_own_ports_and_other_nodes_ports_are_never_taken() {
+        let mut l = layout(9000);
+        assert!(l.port_for(880).unwrap_err().contains("admin.listen"));
+        l.ports.insert(9, 9005);
+        assert!(l.port_for(5).unwrap_err().contains("gives node 9"));
+        assert_eq!(l.port_for(9), Ok(9005));
+    }
+
+    #[test]
+    fn at_most_max_brokers_are_served_and_gone_ones_close_after_the_grace() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let listeners = Listeners::new(layout(0), tx);
+        for id in 1..=3 {
+            listeners.ensure(id, "10.0.0.1:9092").unwrap();
+        }
+        let err = listeners.ensure(4, "10.0.0.1:9092").unwrap_err();
+        assert!(err.contains("upstream.max_brokers"), "{err}");
+        let mut bound: Vec<BoundListener> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(bound.len(), 3);
+        listeners.retire(2);
+        assert!(
+            listeners.sweep().is_empty(),
+            "still within the grace period"
+        );
+        // A broker that returns in time keeps its listener.
+        listeners.retire(3);
+        listeners.ensure(3, "10.0.0.1:9092").unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(listeners.sweep(), vec![2]);
+        assert!(*bound[1].closed.borrow_and_update());
+        assert!(!*bound[2].closed.borrow_and_update());
+        assert_eq!(listeners.served(), 2);
+        listeners.ensure(4, "10.0.0.1:9092").unwrap();
+        listeners.close_all();
+        assert!(*bound[0].closed.borrow_and_update());
     }
 }
