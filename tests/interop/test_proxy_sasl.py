@@ -13,8 +13,11 @@ Once the broker accepts a client's authentication, kshim knows the client's prin
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,6 +68,8 @@ def sasl_broker(kafka_jars):
         format_args=["--add-scram", f"SCRAM-SHA-256=[name={SCRAM_USER[0]},password={SCRAM_USER[1]}]"],
         extra_properties={
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+            # Re-authentication (KIP-368) allowed; ten minutes, so no client here is made to.
+            "connections.max.reauth.ms": "600000",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
             "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
@@ -181,3 +186,161 @@ kshim_owned = ["acme.*"]
     assert "error" in wrong and "result" not in wrong, wrong
     again = update_as(proc.bootstrap, "PLAIN", "alice", "alice-secret", 3)
     assert again.get("result") == "ok" and again["finalized"][FEATURE] == 3, again
+
+
+# --------------------------------------------------------------------------------------------
+# The identity takeover: a client that logged in as bob names alice in a later SaslAuthenticate.
+# kshim must keep bob as the principal, whatever the broker answers to the second exchange.
+
+class RawKafka:
+    """Kafka requests over one plain socket, written by hand so that they can be pipelined."""
+
+    def __init__(self, bootstrap: str):
+        host, port = kafka_env.split_hostport(bootstrap)
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock.settimeout(10)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def frame(self, api_key: int, version: int, body: bytes, flexible: bool) -> bytes:
+        self.correlation += 1
+        client_id = b"takeover"
+        header = struct.pack(">hhih", api_key, version, self.correlation, len(client_id)) + client_id
+        if flexible:
+            header += b"\x00"
+        payload = header + body
+        return struct.pack(">i", len(payload)) + payload
+
+    def handshake(self, mechanism: str = "PLAIN") -> bytes:
+        m = mechanism.encode()
+        return self.frame(17, 1, struct.pack(">h", len(m)) + m, flexible=False)
+
+    def authenticate(self, user: str, password: str) -> bytes:
+        token = b"\x00" + user.encode() + b"\x00" + password.encode()
+        return self.frame(36, 2, bytes([len(token) + 1]) + token + b"\x00", flexible=True)
+
+    def update_features(self, feature: str, level: int) -> bytes:
+        name = feature.encode()
+        update = bytes([len(name) + 1]) + name + struct.pack(">hb", level, 1) + b"\x00"
+        body = struct.pack(">i", 10000) + bytes([2]) + update + b"\x00" + b"\x00"
+        return self.frame(57, 1, body, flexible=True)
+
+    def send(self, *frames: bytes) -> None:
+        self.sock.sendall(b"".join(frames))
+
+    def answer(self, flexible: bool) -> tuple[int, int] | None:
+        """(correlation id, error code) of the next response; None once kshim closed the socket."""
+        try:
+            (size,) = struct.unpack(">i", kafka_env._recv_exact(self.sock, 4))
+            resp = kafka_env._recv_exact(self.sock, size)
+        except (kafka_env.EnvError, ConnectionResetError):
+            return None
+        (correlation,) = struct.unpack_from(">i", resp, 0)
+        pos = kafka_env._skip_tags(resp, 4) if flexible else 4
+        (code,) = struct.unpack_from(">h", resp, pos)
+        return correlation, code
+
+
+def update_features_answer(raw: RawKafka) -> int | None:
+    """UpdateFeatures v1's top-level error code (after ThrottleTimeMs), or None if closed."""
+    try:
+        (size,) = struct.unpack(">i", kafka_env._recv_exact(raw.sock, 4))
+        resp = kafka_env._recv_exact(raw.sock, size)
+    except (kafka_env.EnvError, ConnectionResetError):
+        return None
+    pos = kafka_env._skip_tags(resp, 4)
+    (code,) = struct.unpack_from(">h", resp, pos + 4)
+    return code
+
+
+@pytest.fixture
+def guarded(kshim_factory, sasl_broker):
+    return kshim_factory(
+        f"""
+[upstream]
+bootstrap = "{sasl_broker.bootstrap}"
+refresh_interval_ms = 1000
+[upstream.listeners]
+port_base = 0
+[upstream.sasl]
+username = "admin"
+password = "admin-secret"
+[authorization]
+alter_cluster = ["User:alice"]
+[features.ownership]
+kshim_owned = ["acme.*"]
+[features.supported]
+"{FEATURE}" = {{ min = 1, max = 4 }}
+[features.bootstrap]
+"{FEATURE}" = 1
+""",
+        rust_log="info,kshim::server=debug",
+    )
+
+
+def level_of(bootstrap: str) -> int:
+    return kafka_env.api_versions(bootstrap).finalized.get(FEATURE, (0, 0))[1]
+
+
+def test_a_pipelined_second_login_cannot_take_another_identity(guarded):
+    raw = RawKafka(guarded.bootstrap)
+    raw.send(raw.handshake())
+    assert raw.answer(flexible=False) == (1, 0)
+    # bob's valid login, then at once alice's with a wrong password, then the privileged request.
+    raw.send(raw.authenticate("bob", "bob-secret"), raw.authenticate("alice", "wrong"),
+             raw.update_features(FEATURE, 2))
+    answers = []
+    while (a := raw.answer(flexible=True)) is not None:
+        answers.append(a)
+    raw.close()
+    # kshim closes the connection at the pipelined SaslAuthenticate: nothing after it is answered.
+    assert answers in ([], [(2, 0)]), answers
+    assert level_of(guarded.bootstrap) == 1
+    log = guarded.log_path.read_text()
+    assert "principal=User:alice" not in log
+    assert "SASL requests must wait for their answers" in log
+
+
+def test_a_later_login_is_refused_and_the_first_identity_stays(guarded):
+    raw = RawKafka(guarded.bootstrap)
+    raw.send(raw.handshake())
+    assert raw.answer(flexible=False) == (1, 0)
+    raw.send(raw.authenticate("bob", "bob-secret"))
+    assert raw.answer(flexible=True) == (2, 0)
+    # Without a new SaslHandshake, kshim answers ILLEGAL_SASL_STATE itself, as the broker would.
+    raw.send(raw.authenticate("alice", "wrong"))
+    assert raw.answer(flexible=True) == (3, 34)
+    raw.send(raw.update_features(FEATURE, 2))
+    assert update_features_answer(raw) == 31, "bob is still bob: CLUSTER_AUTHORIZATION_FAILED"
+    # Re-authentication (KIP-368) as bob goes through and leaves bob as bob ...
+    raw.send(raw.handshake())
+    assert raw.answer(flexible=False) == (5, 0)
+    raw.send(raw.authenticate("bob", "bob-secret"))
+    assert raw.answer(flexible=True) == (6, 0)
+    raw.send(raw.update_features(FEATURE, 2))
+    assert update_features_answer(raw) == 31
+    # ... and one naming alice, with her own valid password, closes the connection. (Brokers
+    # refuse re-authentications less than a second apart.)
+    time.sleep(1.2)
+    raw.send(raw.handshake())
+    assert raw.answer(flexible=False) == (8, 0)
+    raw.send(raw.authenticate("alice", "alice-secret"))
+    assert raw.answer(flexible=True) is None, "kshim closes a re-authentication that changes the user"
+    raw.close()
+    assert level_of(guarded.bootstrap) == 1
+    assert "principal=User:alice" not in guarded.log_path.read_text()
+
+
+def test_alice_herself_is_still_authorized(guarded):
+    """The same raw client, logged in as alice: the refusals above are not the client's doing."""
+    raw = RawKafka(guarded.bootstrap)
+    raw.send(raw.handshake())
+    assert raw.answer(flexible=False) == (1, 0)
+    raw.send(raw.authenticate("alice", "alice-secret"))
+    assert raw.answer(flexible=True) == (2, 0)
+    raw.send(raw.update_features(FEATURE, 2))
+    assert update_features_answer(raw) == 0
+    raw.close()
+    assert level_of(guarded.bootstrap) == 2
