@@ -1,0 +1,249 @@
+"""What one client may hold of kshim, in front of a real Apache Kafka 4.1.1 node: connections
+per address, idle connections, and exact re-encoding of a request that kshim narrows.
+
+- `max_connections_per_ip`: real clients (kafka-python) are served while raw sockets hold some
+  of the address's places; once the raw sockets hold them all, a new client is refused, and it
+  is served again once they are released.
+- `connections_max_idle_ms`: idle sockets are closed while a producer sending every 300 ms
+  loses nothing.
+- A CreateTopics v5 request whose kept topic carries a tagged field numbered 2^31 + 5, with a
+  second topic the policy refuses: the request kshim sends on is the client's own bytes minus the
+  refused topic, and the broker creates the kept one.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+
+import kafka_env
+
+PRODUCE_CONSUME = r"""
+import json, sys
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
+bootstrap, topic, count, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+try:
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=8000,
+                      max_block_ms=8000)
+    failures = 0
+    for i in range(count):
+        try:
+            p.send(topic, f"v{i}".encode()).get(timeout=10)
+        except KafkaError:
+            failures += 1
+        if pause:
+            import time; time.sleep(pause)
+    p.close()
+    c = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                      consumer_timeout_ms=8000)
+    got = sum(1 for _ in c)
+    c.close()
+    print(json.dumps({"sent": count, "failures": failures, "got": got}))
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+"""
+
+
+def produce_consume(bootstrap: str, topic: str, count: int = 20, pause: float = 0.0) -> dict:
+    cp = subprocess.run(
+        [sys.executable, "-c", PRODUCE_CONSUME, bootstrap, topic, str(count), str(pause)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    lines = [line for line in cp.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"client printed nothing (rc={cp.returncode})\n{cp.stdout}\n{cp.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 1, 0)
+
+
+def hold(bootstrap: str, n: int, timeout: float = 15.0) -> list[socket.socket]:
+    """`n` connections that kshim has let in (each has had an ApiVersions answered). A place
+    still held by a client that just left frees up a moment later, so refusals are retried."""
+    host, port = kafka_env.split_hostport(bootstrap)
+    held: list[socket.socket] = []
+    deadline = time.monotonic() + timeout
+    while len(held) < n:
+        assert time.monotonic() < deadline, f"only {len(held)} of {n} connections let in"
+        s = socket.create_connection((host, port), timeout=5)
+        try:
+            s.sendall(API_VERSIONS_V0)
+            (size,) = struct.unpack(">i", kafka_env._recv_exact(s, 4))
+            kafka_env._recv_exact(s, size)
+            held.append(s)
+        except (kafka_env.EnvError, OSError):
+            s.close()
+            time.sleep(0.1)
+    return held
+
+
+def closed_by_kshim(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_per_address_limit_serves_real_clients_and_refuses_the_rest(kshim_factory, kafka_broker):
+    proc = kshim_factory(
+        f"""
+max_connections_per_ip = 12
+[upstream]
+bootstrap = "{kafka_broker.bootstrap}"
+refresh_interval_ms = 1000
+[upstream.listeners]
+port_base = 0
+"""
+    )
+    topic = f"limits-{uuid.uuid4().hex[:8]}"
+    held = hold(proc.bootstrap, 6)
+    served = produce_consume(proc.bootstrap, topic)
+    assert served.get("failures") == 0 and served.get("got") == 20, served
+    # Every place taken: the next connection is closed at once.
+    held += hold(proc.bootstrap, 6)
+    host, port = kafka_env.split_hostport(proc.bootstrap)
+    extra = socket.create_connection((host, port), timeout=5)
+    assert closed_by_kshim(extra, 3.0), "the 13th connection was not refused"
+    refused = produce_consume(proc.bootstrap, topic, count=1)
+    assert "error" in refused or refused.get("failures") == 1, refused
+    for s in held:
+        s.close()
+    again = produce_consume(proc.bootstrap, topic)
+    assert again.get("failures") == 0 and again.get("got") == 40, again
+    assert proc.alive()
+
+
+def test_idle_connections_are_closed_and_a_steady_producer_loses_nothing(kshim_factory, kafka_broker):
+    proc = kshim_factory(
+        f"""
+connections_max_idle_ms = 1500
+[upstream]
+bootstrap = "{kafka_broker.bootstrap}"
+refresh_interval_ms = 1000
+[upstream.listeners]
+port_base = 0
+"""
+    )
+    idle = hold(proc.bootstrap, 5)
+    started = time.monotonic()
+    out = produce_consume(proc.bootstrap, f"idle-{uuid.uuid4().hex[:8]}", count=15, pause=0.3)
+    assert out.get("failures") == 0 and out.get("got") == 15, out
+    for s in idle:
+        assert closed_by_kshim(s, max(0.1, 8.0 - (time.monotonic() - started))), "an idle socket stayed open"
+        s.close()
+
+
+# --------------------------------------------------------------------------------------------
+# CreateTopics v5, written by hand
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def compact(s: str) -> bytes:
+    raw = s.encode()
+    return uvarint(len(raw) + 1) + raw
+
+
+def creatable_topic(name: str, tags: bytes) -> bytes:
+    return compact(name) + struct.pack(">ih", 1, 1) + b"\x01" + b"\x01" + tags
+
+
+def create_topics_v5(correlation: int, topics: list[bytes]) -> bytes:
+    client_id = b"tags"
+    header = struct.pack(">hhih", 19, 5, correlation, len(client_id)) + client_id + b"\x00"
+    body = uvarint(len(topics) + 1) + b"".join(topics) + struct.pack(">ib", 15000, 0) + b"\x00"
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def create_topics_results(resp: bytes) -> dict[str, int]:
+    """Topic name -> error code, from a CreateTopics v5 response (without its size)."""
+    pos = kafka_env._skip_tags(resp, 4) + 4  # header tags, ThrottleTimeMs
+    n, pos = kafka_env._uvarint(resp, pos)
+    out = {}
+    for _ in range(n - 1):
+        name, pos = kafka_env._compact_str(resp, pos)
+        (code,) = struct.unpack_from(">h", resp, pos)
+        pos += 2
+        length, pos = kafka_env._uvarint(resp, pos)  # ErrorMessage
+        pos += max(0, length - 1)
+        pos += 4 + 2  # NumPartitions, ReplicationFactor
+        configs, pos = kafka_env._uvarint(resp, pos)
+        for _ in range(max(0, configs - 1)):
+            _, pos = kafka_env._compact_str(resp, pos)
+            length, pos = kafka_env._uvarint(resp, pos)
+            pos += max(0, length - 1) + 1 + 1 + 1  # value, ReadOnly, ConfigSource, IsSensitive
+            pos = kafka_env._skip_tags(resp, pos)
+        pos = kafka_env._skip_tags(resp, pos)
+        out[name] = code
+    return out
+
+
+def test_a_narrowed_request_keeps_tags_of_any_number(kshim_factory, kafka_broker):
+    proc = kshim_factory(
+        f"""
+[upstream]
+bootstrap = "{kafka_broker.bootstrap}"
+refresh_interval_ms = 1000
+[upstream.listeners]
+port_base = 0
+[policy.create_topic]
+denied_names = ["refused\\\\..*"]
+"""
+    )
+    u = uuid.uuid4().hex[:8]
+    kept, refused = f"kept.{u}", f"refused.{u}"
+    # One tagged field, number 2^31 + 5, one byte long; unknown to the broker, which keeps it.
+    big_tag = b"\x01" + uvarint(0x8000_0005) + b"\x01" + b"x"
+    frame = create_topics_v5(7, [creatable_topic(refused, b"\x00"), creatable_topic(kept, big_tag)])
+    host, port = kafka_env.split_hostport(proc.bootstrap)
+    with socket.create_connection((host, port), timeout=20) as s:
+        s.settimeout(20)
+        s.sendall(frame)
+        (size,) = struct.unpack(">i", kafka_env._recv_exact(s, 4))
+        resp = kafka_env._recv_exact(s, size)
+    assert struct.unpack_from(">i", resp, 0)[0] == 7
+    results = create_topics_results(resp)
+    assert results == {refused: 44, kept: 0}, results
+    # On the broker itself: the kept topic exists, the refused one does not.
+    listed = subprocess.run(
+        [sys.executable, "-c", TOPICS, kafka_broker.bootstrap, kept],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    topics = set(json.loads(listed.stdout.strip().splitlines()[-1]))
+    assert kept in topics and refused not in topics, (listed.stdout, listed.stderr[-2000:])
+
+
+TOPICS = r"""
+import json, sys, time
+from kafka import KafkaConsumer
+bootstrap, want = sys.argv[1], sys.argv[2]
+c = KafkaConsumer(bootstrap_servers=bootstrap)
+deadline = time.monotonic() + 20
+while True:
+    topics = c.topics()
+    if want in topics or time.monotonic() > deadline:
+        break
+    time.sleep(0.3)
+c.close()
+print(json.dumps(sorted(topics)))
+"""
