@@ -838,6 +838,66 @@ mod tests {
     }
 
     #[test]
+    fn connection_limits_parse_and_bad_ones_are_named() {
+        let c = Config::from_toml(
+            r#"
+max_connections_per_ip = 50
+max_connections_per_ip_overrides = { "10.0.0.7" = 5000, "::1" = 0 }
+connections_max_idle_ms = 1000
+frame_read_timeout_ms = 2000
+descriptor_reserve = 64
+[upstream]
+bootstrap = "k:9092"
+max_brokers = 10
+listener_grace_ms = 0
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.max_connections_per_ip, 50);
+        assert_eq!(
+            c.max_connections_per_ip_overrides[&"10.0.0.7".parse::<std::net::IpAddr>().unwrap()],
+            5000
+        );
+        assert_eq!(c.connections_max_idle_ms, 1000);
+        assert_eq!(c.frame_read_timeout_ms, 2000);
+        assert_eq!(c.descriptor_reserve, 64);
+        let u = c.upstream.unwrap();
+        assert_eq!((u.max_brokers, u.listener_grace_ms), (10, 0));
+        let errors = Config::from_toml(
+            r#"
+max_connections_per_ip = 0
+max_connections_per_ip_overrides = { "kafka.example" = 1, "10.0.0.1" = -1 }
+connections_max_idle_ms = 0
+frame_read_timeout_ms = 0
+[admin]
+listen = "127.0.0.1:9880"
+[upstream]
+bootstrap = "k:9092"
+max_brokers = 0
+[upstream.listeners.ports]
+"1" = 9880
+"#,
+        )
+        .unwrap_err()
+        .0
+        .join("\n");
+        for expected in [
+            "max_connections_per_ip: must be at least 1",
+            "\"kafka.example\": the key must be an IP address",
+            "\"10.0.0.1\": expected a count",
+            "connections_max_idle_ms: must be at least 1",
+            "frame_read_timeout_ms: must be at least 1",
+            "upstream.max_brokers: must be at least 1",
+            "port 9880 is admin.listen's port",
+        ] {
+            assert!(
+                errors.contains(expected),
+                "{expected} missing from:\n{errors}"
+            );
+        }
+    }
+
+    #[test]
     fn every_error_is_reported_at_once() {
         let err = Config::from_toml(
             r#"
