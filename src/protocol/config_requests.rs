@@ -336,6 +336,62 @@ mod tests {
             prop_assert_eq!(entries.narrowed(&raw, &keep).to_vec(), encode(&kept, v));
         }
 
+        /// Any tags, of any numbers, anywhere an entry or the request may carry
+        /// them: the narrowed body is the kept entries' own bytes, and decodes again.
+        #[test]
+        fn narrowing_keeps_every_tag(
+            topics in proptest::collection::vec(
+                (name(), proptest::collection::btree_map(any::<u32>(), proptest::collection::vec(any::<u8>(), 0..4), 0..3),
+                 any::<bool>()),
+                0..6),
+            request_tags in proptest::collection::btree_map(any::<u32>(), proptest::collection::vec(any::<u8>(), 0..4), 0..3),
+        ) {
+            let section = |tags: &std::collections::BTreeMap<u32, Vec<u8>>| {
+                let mut out = Vec::new();
+                put_uvarint(&mut out, tags.len() as u32);
+                for (tag, value) in tags {
+                    put_uvarint(&mut out, *tag);
+                    put_uvarint(&mut out, value.len() as u32);
+                    out.extend_from_slice(value);
+                }
+                out
+            };
+            let entry = |name: &str, tags: &std::collections::BTreeMap<u32, Vec<u8>>| {
+                let mut t = Vec::new();
+                put_uvarint(&mut t, name.len() as u32 + 1);
+                t.extend_from_slice(name.as_bytes());
+                t.extend_from_slice(&3i32.to_be_bytes());
+                t.extend_from_slice(&(-1i16).to_be_bytes());
+                t.extend_from_slice(&[1, 1]);
+                t.extend(section(tags));
+                t
+            };
+            let mut body = Vec::new();
+            put_uvarint(&mut body, topics.len() as u32 + 1);
+            for (n, tags, _) in &topics {
+                body.extend(entry(n, tags));
+            }
+            let mut rest = 5_000i32.to_be_bytes().to_vec();
+            rest.push(1);
+            rest.extend(section(&request_tags));
+            body.extend_from_slice(&rest);
+            let (decoded, entries) = create_topics(5, &body).unwrap();
+            prop_assert_eq!(decoded.topics.len(), topics.len());
+            let keep: Vec<bool> = topics.iter().map(|t| t.2).collect();
+            let narrowed = entries.narrowed(&body, &keep);
+            let mut want = Vec::new();
+            put_uvarint(&mut want, keep.iter().filter(|k| **k).count() as u32 + 1);
+            for (n, tags, kept) in &topics {
+                if *kept {
+                    want.extend(entry(n, tags));
+                }
+            }
+            want.extend_from_slice(&rest);
+            prop_assert_eq!(narrowed.to_vec(), want);
+            let (again, _) = create_topics(5, &narrowed).unwrap();
+            prop_assert!(again.validate_only);
+        }
+
         #[test]
         fn decoders_never_panic_on_garbage(version in 0i16..=7, raw in proptest::collection::vec(any::<u8>(), 0..96)) {
             let _ = create_topics(version.max(2), &raw);
