@@ -92,6 +92,19 @@ async fn fate(s: &mut TcpStream, within: Duration) -> Option<&'static str> {
     }
 }
 
+/// Waits (at most 5 s) until a new connection is answered again.
+async fn served_again(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        if fate(&mut s, Duration::from_secs(2)).await == Some("answered") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "kshim never served again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn set_transaction_version(level: i16) -> UpdateFeaturesRequest {
     let mut r = UpdateFeaturesRequest::default().with_timeout_ms(5_000);
     r.feature_updates.push(
@@ -142,15 +155,7 @@ async fn the_budget_refuses_in_time_and_keeps_the_store_working() {
         assert_eq!(answer.error_code, 0, "{answer:?}");
     }
     drop(flood);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut s = TcpStream::connect(&kshim.addr).await.unwrap();
-        if fate(&mut s, Duration::from_secs(2)).await == Some("answered") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "kshim never served again");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    served_again(&kshim.addr).await;
     println!("{answered} answered, {refused} refused at an open-file limit of {LIMIT}");
 }
 
@@ -176,14 +181,6 @@ async fn out_of_descriptors_refuses_instead_of_hanging() {
     }
     assert!(outcomes.1 > 0, "nothing was refused: {outcomes:?}");
     drop(flood);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut s = TcpStream::connect(&kshim.addr).await.unwrap();
-        if fate(&mut s, Duration::from_secs(2)).await == Some("answered") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "kshim never served again");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    served_again(&kshim.addr).await;
     println!("answered {}, refused {}", outcomes.0, outcomes.1);
 }
