@@ -2,12 +2,13 @@
 //! the store holds the last acknowledged state or the one update that was in
 //! flight, never a mixture, and the epoch never goes back.
 
+mod support;
+
 use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
 use kafka_protocol::messages::UpdateFeaturesRequest;
 use kafka_protocol::protocol::StrBytes;
 use kshim::client::KafkaClient;
 use rand::{Rng, SeedableRng};
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,15 +23,7 @@ fn start(data_dir: &std::path::Path) -> (Child, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start kshim");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let addr = line
-        .trim()
-        .strip_prefix("kshim listening on ")
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"))
-        .to_owned();
+    let addr = support::listening_addr(&mut child);
     (child, addr)
 }
 

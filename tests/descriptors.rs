@@ -3,11 +3,12 @@
 //! left hanging in the backlog, and the store keeps the descriptors it needs, so
 //! an UpdateFeatures during the flood is still applied.
 
+mod support;
+
 use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
 use kafka_protocol::messages::UpdateFeaturesRequest;
 use kafka_protocol::protocol::StrBytes;
 use kshim::client::KafkaClient;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,15 +62,7 @@ fn start(settings: &str) -> Kshim {
         });
     }
     let mut child = command.spawn().expect("start kshim");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let addr = line
-        .trim()
-        .strip_prefix("kshim listening on ")
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"))
-        .to_owned();
+    let addr = support::listening_addr(&mut child);
     Kshim {
         child,
         addr,

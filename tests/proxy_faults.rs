@@ -9,13 +9,12 @@
 
 mod support;
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
 use kshim::client::KafkaClient;
 use std::time::Duration;
-use support::{encode, read_frame, start_proxy, write_response, RunningProxy};
+use support::{api_versions_body, encode, read_frame, start_proxy, write_response, RunningProxy};
 use tokio::net::TcpListener;
 
 #[derive(Clone, Copy, Debug)]
@@ -41,22 +40,8 @@ async fn fake_broker(listener: TcpListener, fault: Fault) {
                 let id_len = i16::from_be_bytes([frame[8], frame[9]]) as usize;
                 let from_discovery = &frame[10..10 + id_len] == b"kshim";
                 if api == ApiKey::ApiVersions as i16 {
-                    let body = ApiVersionsResponse::default().with_api_keys(vec![
-                        ApiVersion::default()
-                            .with_api_key(0)
-                            .with_min_version(3)
-                            .with_max_version(12),
-                        ApiVersion::default()
-                            .with_api_key(3)
-                            .with_min_version(0)
-                            .with_max_version(12),
-                        ApiVersion::default()
-                            .with_api_key(18)
-                            .with_min_version(0)
-                            .with_max_version(4),
-                    ]);
-                    let v = version.min(3);
-                    write_response(&mut s, correlation_id, false, &encode(&body, v)).await;
+                    let body = api_versions_body(&[(0, 3, 12), (3, 0, 12), (18, 0, 4)], version);
+                    write_response(&mut s, correlation_id, false, &body).await;
                     continue;
                 }
                 let metadata = MetadataResponse::default()

@@ -6,15 +6,14 @@
 
 mod support;
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
 use kshim::client::KafkaClient;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{encode, read_frame, start_proxy, write_response};
+use support::{api_versions_body, encode, read_frame, start_proxy, write_response};
 use tokio::net::TcpListener;
 
 /// A broker answering ApiVersions, and Metadata with `brokers()` each time.
@@ -33,23 +32,8 @@ async fn fake_broker(
                 let version = i16::from_be_bytes([frame[2], frame[3]]);
                 let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
                 if api == ApiKey::ApiVersions as i16 {
-                    let body = ApiVersionsResponse::default().with_api_keys(vec![
-                        ApiVersion::default()
-                            .with_api_key(3)
-                            .with_min_version(0)
-                            .with_max_version(12),
-                        ApiVersion::default()
-                            .with_api_key(18)
-                            .with_min_version(0)
-                            .with_max_version(4),
-                    ]);
-                    write_response(
-                        &mut s,
-                        correlation_id,
-                        false,
-                        &encode(&body, version.min(3)),
-                    )
-                    .await;
+                    let body = api_versions_body(&[(3, 0, 12), (18, 0, 4)], version);
+                    write_response(&mut s, correlation_id, false, &body).await;
                 } else if api == ApiKey::Metadata as i16 {
                     let listed = brokers();
                     let controller = listed.first().map_or(-1, |b| b.0);

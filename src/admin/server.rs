@@ -56,14 +56,7 @@ impl Open {
     /// Registers a connection. When every place is taken, the oldest connection
     /// that is between requests and has had its grace period is closed to make
     /// room; a connection is turned away only past the hard cap with none such.
-    #[allow(clippy::type_complexity, reason = "a one-off triple")]
-    fn admit(
-        &mut self,
-    ) -> Option<(
-        u64,
-        Arc<std::sync::atomic::AtomicBool>,
-        tokio::sync::oneshot::Receiver<()>,
-    )> {
+    fn admit(&mut self) -> Option<Place> {
         use std::sync::atomic::Ordering;
         if self.connections.len() >= MAX_CONNECTIONS {
             let now = std::time::Instant::now();
@@ -97,8 +90,21 @@ impl Open {
                 close,
             },
         );
-        Some((id, busy, closed))
+        Some(Place {
+            id,
+            busy,
+            evicted: closed,
+        })
     }
+}
+
+/// An admitted connection's place among the open ones.
+struct Place {
+    id: u64,
+    /// Set while a request is being answered.
+    busy: Arc<std::sync::atomic::AtomicBool>,
+    /// Resolves when the connection must close to make room.
+    evicted: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// Binds the admin listener.
@@ -133,7 +139,7 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let Some((id, busy, evicted)) = open_lock(&open).admit() else {
+                let Some(Place { id, busy, evicted }) = open_lock(&open).admit() else {
                     tracing::warn!(%peer, "admin: connection refused: {HARD_MAX_CONNECTIONS} open, none idle");
                     continue;
                 };

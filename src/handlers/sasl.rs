@@ -430,11 +430,18 @@ mod tests {
         f
     }
 
+    /// A connection whose SaslHandshake (correlation id 1) for `mechanism` the
+    /// upstream accepted.
+    fn opened(mechanism: &str) -> SaslExchange {
+        let mut x = SaslExchange::default();
+        assert_eq!(x.request(&handshake(1, mechanism)), SaslVerdict::Forward);
+        assert_eq!(x.response(&handshake_answer(1, 0)), Ok(None));
+        x
+    }
+
     /// A connection that has gone through a successful PLAIN exchange as `user`.
     fn logged_in(user: &str) -> SaslExchange {
-        let mut x = SaslExchange::default();
-        assert_eq!(x.request(&handshake(1, "PLAIN")), SaslVerdict::Forward);
-        assert_eq!(x.response(&handshake_answer(1, 0)), Ok(None));
+        let mut x = opened("PLAIN");
         let token = format!("\0{user}\0secret");
         assert_eq!(
             x.request(&authenticate(2, 2, token.as_bytes())),
@@ -457,18 +464,14 @@ mod tests {
     #[test]
     fn plain_names_the_authentication_identity_once_accepted() {
         for version in 0..=2 {
-            let mut x = SaslExchange::default();
-            x.request(&handshake(1, "PLAIN"));
-            x.response(&handshake_answer(1, 0)).unwrap();
+            let mut x = opened("PLAIN");
             x.request(&authenticate(version, 2, b"\0alice\0secret"));
             assert_eq!(
                 x.response(&answer(version, 2, 0, b"")).unwrap().as_deref(),
                 Some("User:alice")
             );
         }
-        let mut refused = SaslExchange::default();
-        refused.request(&handshake(1, "PLAIN"));
-        refused.response(&handshake_answer(1, 0)).unwrap();
+        let mut refused = opened("PLAIN");
         refused.request(&authenticate(2, 2, b"\0bob\0wrong"));
         assert_eq!(refused.response(&answer(2, 2, 58, b"")), Ok(None));
     }
@@ -476,9 +479,7 @@ mod tests {
     #[test]
     fn a_pipelined_second_authenticate_closes_the_connection() {
         // The takeover: bob's valid login and, before its answer, alice's.
-        let mut x = SaslExchange::default();
-        x.request(&handshake(1, "PLAIN"));
-        x.response(&handshake_answer(1, 0)).unwrap();
+        let mut x = opened("PLAIN");
         assert_eq!(
             x.request(&authenticate(2, 2, b"\0bob\0bob-secret")),
             SaslVerdict::Forward
@@ -515,9 +516,7 @@ mod tests {
 
     #[test]
     fn an_answer_that_does_not_pair_closes_the_connection() {
-        let mut x = SaslExchange::default();
-        x.request(&handshake(1, "PLAIN"));
-        x.response(&handshake_answer(1, 0)).unwrap();
+        let mut x = opened("PLAIN");
         x.request(&authenticate(2, 2, b"\0alice\0secret"));
         let why = x.response(&answer(2, 7, 0, b"")).unwrap_err();
         assert!(why.contains("correlation id"), "{why}");
@@ -553,9 +552,7 @@ mod tests {
 
     #[test]
     fn failed_then_succeeded_names_the_user_of_the_success() {
-        let mut x = SaslExchange::default();
-        x.request(&handshake(1, "PLAIN"));
-        x.response(&handshake_answer(1, 0)).unwrap();
+        let mut x = opened("PLAIN");
         x.request(&authenticate(2, 2, b"\0alice\0wrong"));
         assert_eq!(
             x.response(&answer(2, 2, error_codes::SASL_AUTHENTICATION_FAILED, b"")),
@@ -563,9 +560,7 @@ mod tests {
         );
         // The failed exchange is over; another token needs a new handshake.
         closes(x.request(&authenticate(2, 3, b"\0alice\0again")));
-        let mut y = SaslExchange::default();
-        y.request(&handshake(1, "PLAIN"));
-        y.response(&handshake_answer(1, 0)).unwrap();
+        let mut y = opened("PLAIN");
         y.request(&authenticate(2, 2, b"\0alice\0wrong"));
         y.response(&answer(2, 2, 58, b"")).unwrap();
         y.request(&handshake(3, "PLAIN"));
@@ -614,9 +609,7 @@ mod tests {
 
     #[test]
     fn scram_waits_for_the_server_final_message() {
-        let mut x = SaslExchange::default();
-        x.request(&handshake(1, "SCRAM-SHA-256"));
-        x.response(&handshake_answer(1, 0)).unwrap();
+        let mut x = opened("SCRAM-SHA-256");
         x.request(&authenticate(
             2,
             2,
@@ -639,16 +632,12 @@ mod tests {
             Some("User:carol,ops")
         );
         // A handshake in the middle of a SCRAM exchange cannot be followed.
-        let mut y = SaslExchange::default();
-        y.request(&handshake(1, "SCRAM-SHA-512"));
-        y.response(&handshake_answer(1, 0)).unwrap();
+        let mut y = opened("SCRAM-SHA-512");
         y.request(&authenticate(2, 2, b"n,,n=carol,r=abc"));
         y.response(&answer(2, 2, 0, b"r=abc,s=x,i=4096")).unwrap();
         closes(y.request(&handshake(3, "SCRAM-SHA-512")));
         // A wrong password fails at the client-final message.
-        let mut z = SaslExchange::default();
-        z.request(&handshake(1, "SCRAM-SHA-256"));
-        z.response(&handshake_answer(1, 0)).unwrap();
+        let mut z = opened("SCRAM-SHA-256");
         z.request(&authenticate(2, 2, b"n,,n=carol,r=abc"));
         z.response(&answer(2, 2, 0, b"r=abc,s=x,i=4096")).unwrap();
         z.request(&authenticate(2, 3, b"c=biws,r=abc,p=bad"));
@@ -661,9 +650,7 @@ mod tests {
             .encode(br#"{"sub":"svc-billing","exp":1}"#);
         let token = format!("n,,\u{1}auth=Bearer eyJhbGciOiJub25lIn0.{claims}.\u{1}\u{1}");
         // Refused: a challenge, then the client's empty reply and the error.
-        let mut x = SaslExchange::default();
-        x.request(&handshake(1, "OAUTHBEARER"));
-        x.response(&handshake_answer(1, 0)).unwrap();
+        let mut x = opened("OAUTHBEARER");
         x.request(&authenticate(2, 2, token.as_bytes()));
         assert_eq!(
             x.response(&answer(2, 2, 0, br#"{"status":"invalid_token"}"#)),
@@ -671,9 +658,7 @@ mod tests {
         );
         x.request(&authenticate(2, 3, b"\x01"));
         assert_eq!(x.response(&answer(2, 3, 58, b"")), Ok(None));
-        let mut y = SaslExchange::default();
-        y.request(&handshake(1, "OAUTHBEARER"));
-        y.response(&handshake_answer(1, 0)).unwrap();
+        let mut y = opened("OAUTHBEARER");
         y.request(&authenticate(2, 2, token.as_bytes()));
         assert_eq!(
             y.response(&answer(2, 2, 0, b"")).unwrap().as_deref(),
@@ -683,9 +668,7 @@ mod tests {
 
     #[test]
     fn gssapi_keeps_the_principal_and_may_start_over() {
-        let mut x = SaslExchange::default();
-        x.request(&handshake(1, "GSSAPI"));
-        x.response(&handshake_answer(1, 0)).unwrap();
+        let mut x = opened("GSSAPI");
         assert_eq!(
             x.request(&authenticate(1, 2, b"\x60\x82kerberos")),
             SaslVerdict::Forward
@@ -698,9 +681,7 @@ mod tests {
     fn garbage_never_names_anyone() {
         let mut y = SaslExchange::default();
         closes(y.request(&Bytes::from_static(b"\0\x11\0\x01")));
-        let mut z = SaslExchange::default();
-        z.request(&handshake(1, "PLAIN"));
-        z.response(&handshake_answer(1, 0)).unwrap();
+        let mut z = opened("PLAIN");
         closes(z.request(&authenticate(0, 2, &[0xff; 3])));
         for token in [
             &b""[..],

@@ -167,6 +167,24 @@ def split_hostport(bootstrap: str) -> tuple[str, int]:
 # a minimal ApiVersions v3 client, used to know when a node really answers
 
 
+def encode_uvarint(n: int) -> bytes:
+    """An unsigned varint, as Kafka's flexible versions write lengths, counts and tags."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode_compact_string(s: str) -> bytes:
+    raw = s.encode()
+    return encode_uvarint(len(raw) + 1) + raw
+
+
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     shift = value = 0
     while True:

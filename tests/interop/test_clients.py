@@ -88,16 +88,7 @@ def finalized_expected() -> dict[str, int]:
     return {name: level for name, level in FINALIZED.items() if level >= 1}
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+uvarint = kafka_env.encode_uvarint
 
 
 def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:

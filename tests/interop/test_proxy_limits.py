@@ -146,21 +146,8 @@ port_base = 0
 # CreateTopics v5, written by hand
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def compact(s: str) -> bytes:
-    raw = s.encode()
-    return uvarint(len(raw) + 1) + raw
+uvarint = kafka_env.encode_uvarint
+compact = kafka_env.encode_compact_string
 
 
 def creatable_topic(name: str, tags: bytes) -> bytes:

@@ -248,14 +248,7 @@ def tool(*args: str, timeout: float = TOOL_TIMEOUT_S) -> ke.JavaResult:
 # ---- the legacy AlterConfigs request (API key 33), which the Java Admin of 4.x cannot send
 
 
-def _uvarint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
+_uvarint_bytes = ke.encode_uvarint
 
 
 def _string(s: str, compact: bool) -> bytes:

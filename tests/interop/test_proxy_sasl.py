@@ -146,9 +146,11 @@ def update_as(bootstrap: str, mechanism: str, user: str, password: str, level: i
     return kafka_env.require_or_fail(kafka_env.kafka_python_update_features, bootstrap, client, FEATURE, level)
 
 
-def test_the_sasl_principal_is_authorized(kshim_factory, sasl_broker):
-    """alice (PLAIN) and carol (SCRAM-SHA-256) hold ALTER on CLUSTER, bob (PLAIN) does not."""
-    proc = kshim_factory(
+def authorizing(kshim_factory, sasl_broker, alter_cluster: list[str]):
+    """kshim in front of the SASL broker, owning FEATURE at level 1, with ALTER on CLUSTER for
+    `alter_cluster` only."""
+    allowed = ", ".join(f'"{p}"' for p in alter_cluster)
+    return kshim_factory(
         f"""
 [upstream]
 bootstrap = "{sasl_broker.bootstrap}"
@@ -159,7 +161,7 @@ port_base = 0
 username = "admin"
 password = "admin-secret"
 [authorization]
-alter_cluster = ["User:alice", "User:{SCRAM_USER[0]}"]
+alter_cluster = [{allowed}]
 [features.ownership]
 kshim_owned = ["acme.*"]
 [features.supported]
@@ -169,6 +171,11 @@ kshim_owned = ["acme.*"]
 """,
         rust_log="info,kshim::server=debug",
     )
+
+
+def test_the_sasl_principal_is_authorized(kshim_factory, sasl_broker):
+    """alice (PLAIN) and carol (SCRAM-SHA-256) hold ALTER on CLUSTER, bob (PLAIN) does not."""
+    proc = authorizing(kshim_factory, sasl_broker, ["User:alice", f"User:{SCRAM_USER[0]}"])
     alice = update_as(proc.bootstrap, "PLAIN", "alice", "alice-secret", 2)
     assert alice.get("result") == "ok" and alice["finalized"][FEATURE] == 2, alice
     bob = update_as(proc.bootstrap, "PLAIN", "bob", "bob-secret", 3)
@@ -257,27 +264,7 @@ def update_features_answer(raw: RawKafka) -> int | None:
 
 @pytest.fixture
 def guarded(kshim_factory, sasl_broker):
-    return kshim_factory(
-        f"""
-[upstream]
-bootstrap = "{sasl_broker.bootstrap}"
-refresh_interval_ms = 1000
-[upstream.listeners]
-port_base = 0
-[upstream.sasl]
-username = "admin"
-password = "admin-secret"
-[authorization]
-alter_cluster = ["User:alice"]
-[features.ownership]
-kshim_owned = ["acme.*"]
-[features.supported]
-"{FEATURE}" = {{ min = 1, max = 4 }}
-[features.bootstrap]
-"{FEATURE}" = 1
-""",
-        rust_log="info,kshim::server=debug",
-    )
+    return authorizing(kshim_factory, sasl_broker, ["User:alice"])
 
 
 def level_of(bootstrap: str) -> int:

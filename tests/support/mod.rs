@@ -39,6 +39,36 @@ pub async fn write_response(
     let _ = s.write_all(&out).await;
 }
 
+/// An ApiVersions response body advertising `(api key, min, max)` for each key,
+/// at `version` (capped at 3, what the fake brokers speak).
+pub fn api_versions_body(keys: &[(i16, i16, i16)], version: i16) -> Bytes {
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    let body = kafka_protocol::messages::ApiVersionsResponse::default().with_api_keys(
+        keys.iter()
+            .map(|&(key, min, max)| {
+                ApiVersion::default()
+                    .with_api_key(key)
+                    .with_min_version(min)
+                    .with_max_version(max)
+            })
+            .collect(),
+    );
+    encode(&body, version.min(3))
+}
+
+/// The address a `kshim serve` child prints on its first stdout line.
+pub fn listening_addr(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    line.trim()
+        .strip_prefix("kshim listening on ")
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+        .to_owned()
+}
+
 pub fn encode<M: Encodable>(m: &M, version: i16) -> Bytes {
     let mut out = BytesMut::new();
     m.encode(&mut out, version).unwrap();
