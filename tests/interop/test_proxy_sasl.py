@@ -237,6 +237,13 @@ class RawKafka:
     def send(self, *frames: bytes) -> None:
         self.sock.sendall(b"".join(frames))
 
+    def login(self, user: str, password: str) -> None:
+        """A PLAIN handshake and authentication, each waiting for its successful answer."""
+        self.send(self.handshake())
+        assert self.answer(flexible=False) == (self.correlation, 0)
+        self.send(self.authenticate(user, password))
+        assert self.answer(flexible=True) == (self.correlation, 0)
+
     def answer(self, flexible: bool) -> tuple[int, int] | None:
         """(correlation id, error code) of the next response; None once kshim closed the socket."""
         try:
@@ -292,20 +299,14 @@ def test_a_pipelined_second_login_cannot_take_another_identity(guarded):
 
 def test_a_later_login_is_refused_and_the_first_identity_stays(guarded):
     raw = RawKafka(guarded.bootstrap)
-    raw.send(raw.handshake())
-    assert raw.answer(flexible=False) == (1, 0)
-    raw.send(raw.authenticate("bob", "bob-secret"))
-    assert raw.answer(flexible=True) == (2, 0)
+    raw.login("bob", "bob-secret")
     # Without a new SaslHandshake, kshim answers ILLEGAL_SASL_STATE itself, as the broker would.
     raw.send(raw.authenticate("alice", "wrong"))
     assert raw.answer(flexible=True) == (3, 34)
     raw.send(raw.update_features(FEATURE, 2))
     assert update_features_answer(raw) == 31, "bob is still bob: CLUSTER_AUTHORIZATION_FAILED"
     # Re-authentication (KIP-368) as bob goes through and leaves bob as bob ...
-    raw.send(raw.handshake())
-    assert raw.answer(flexible=False) == (5, 0)
-    raw.send(raw.authenticate("bob", "bob-secret"))
-    assert raw.answer(flexible=True) == (6, 0)
+    raw.login("bob", "bob-secret")
     raw.send(raw.update_features(FEATURE, 2))
     assert update_features_answer(raw) == 31
     # ... and one naming alice, with her own valid password, closes the connection. (Brokers
@@ -323,10 +324,7 @@ def test_a_later_login_is_refused_and_the_first_identity_stays(guarded):
 def test_alice_herself_is_still_authorized(guarded):
     """The same raw client, logged in as alice: the refusals above are not the client's doing."""
     raw = RawKafka(guarded.bootstrap)
-    raw.send(raw.handshake())
-    assert raw.answer(flexible=False) == (1, 0)
-    raw.send(raw.authenticate("alice", "alice-secret"))
-    assert raw.answer(flexible=True) == (2, 0)
+    raw.login("alice", "alice-secret")
     raw.send(raw.update_features(FEATURE, 2))
     assert update_features_answer(raw) == 0
     raw.close()
