@@ -382,7 +382,12 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
         let mut ok = true;
         let took = median_of(runs, || {
             ok &= !matches!(
-                create_topics::handle(&ctx, &policies, frame.clone(), defaults),
+                create_topics::handle(
+                    &policies,
+                    &[&ctx.controller.snapshot().finalized],
+                    frame.clone(),
+                    defaults
+                ),
                 Ok(Action::Close(_)) | Err(_)
             );
         });
@@ -407,7 +412,11 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
         let frame = request_frame(ApiKey::IncrementalAlterConfigs, 1, &encode(&request, 1));
         let took = median_of(runs, || {
             ok &= !matches!(
-                incremental_alter_configs::handle(&ctx, &policies, frame.clone()),
+                incremental_alter_configs::handle(
+                    &policies,
+                    &[&ctx.controller.snapshot().finalized],
+                    frame.clone()
+                ),
                 Ok(Action::Close(_)) | Err(_)
             );
         });
@@ -428,7 +437,12 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
             &encode(&create_request(vec![topic("t", 1)], false), 7),
         );
         let create = median_of(20_000, || {
-            let _ = create_topics::handle(&ctx, &policies, frame.clone(), defaults);
+            let _ = create_topics::handle(
+                &policies,
+                &[&ctx.controller.snapshot().finalized],
+                frame.clone(),
+                defaults,
+            );
         });
         let frame = request_frame(
             ApiKey::IncrementalAlterConfigs,
@@ -436,7 +450,11 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
             &encode(&alter_request(&["t".into()], "86400000"), 1),
         );
         let alter = median_of(20_000, || {
-            let _ = incremental_alter_configs::handle(&ctx, &policies, frame.clone());
+            let _ = incremental_alter_configs::handle(
+                &policies,
+                &[&ctx.controller.snapshot().finalized],
+                frame.clone(),
+            );
         });
         println!("\n## The check next to the broker's own work (baseline p50)\n");
         println!("| request | check | broker p50 | check / broker |");

@@ -470,6 +470,9 @@ pub struct Snapshot {
     /// Certificate expiry per TLS role ("client", "upstream", "admin"), as Unix
     /// seconds.
     pub certificate_not_after: Vec<(&'static str, i64)>,
+    /// (feature, supporter) of every finalized kshim-owned level that part of
+    /// the cluster cannot run or whose validators a broker's configs break.
+    pub conflicts: Vec<(String, String)>,
     /// `None` for a standalone kshim.
     pub upstream: Option<UpstreamSnapshot>,
 }
@@ -482,6 +485,8 @@ pub struct UpstreamSnapshot {
     pub brokers: Vec<(i32, bool)>,
     pub refreshes_ok: u64,
     pub refreshes_failed: u64,
+    /// Upstream feature views ignored as older than the accepted one.
+    pub stale_views: u64,
 }
 
 impl Snapshot {
@@ -505,6 +510,33 @@ impl Snapshot {
                 "kshim_finalized_feature_level{{feature=\"{}\"}} {level}",
                 escape(name)
             );
+        }
+        header(
+            o,
+            "kshim_feature_incompatibilities",
+            "gauge",
+            "Finalized kshim-owned levels that a supporter cannot run, or that a broker's configs break.",
+        );
+        let _ = writeln!(
+            o,
+            "kshim_feature_incompatibilities {}",
+            self.conflicts.len()
+        );
+        if !self.conflicts.is_empty() {
+            header(
+                o,
+                "kshim_feature_incompatible",
+                "gauge",
+                "1 for each feature and supporter in conflict.",
+            );
+            for (feature, supporter) in &self.conflicts {
+                let _ = writeln!(
+                    o,
+                    "kshim_feature_incompatible{{feature=\"{}\",supporter=\"{}\"}} 1",
+                    escape(feature),
+                    escape(supporter)
+                );
+            }
         }
         header(
             o,
@@ -563,6 +595,17 @@ impl Snapshot {
             o,
             "kshim_upstream_refreshes_total{{result=\"failed\"}} {}",
             u.refreshes_failed
+        );
+        header(
+            o,
+            "kshim_upstream_feature_views_ignored_total",
+            "counter",
+            "Upstream feature views ignored because their epoch is older than the accepted one (a lagging broker answered).",
+        );
+        let _ = writeln!(
+            o,
+            "kshim_upstream_feature_views_ignored_total {}",
+            u.stale_views
         );
     }
 }
@@ -638,7 +681,9 @@ mod tests {
                 brokers: vec![(1, true), (2, false)],
                 refreshes_ok: 3,
                 refreshes_failed: 1,
+                stale_views: 4,
             }),
+            conflicts: vec![("acme.widgets".into(), "Broker 2".into())],
         });
         for line in [
             "kshim_finalized_features_epoch 7",
@@ -647,6 +692,9 @@ mod tests {
             "kshim_tls_certificate_expiry_timestamp_seconds{role=\"client\"} 1800000000",
             "kshim_upstream_broker_up{node=\"2\"} 0",
             "kshim_upstream_refreshes_total{result=\"failed\"} 1",
+            "kshim_upstream_feature_views_ignored_total 4",
+            "kshim_feature_incompatibilities 1",
+            "kshim_feature_incompatible{feature=\"acme.widgets\",supporter=\"Broker 2\"} 1",
             "kshim_build_info{version=\"",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");

@@ -19,6 +19,7 @@ use crate::tls::{ClientTlsCell, ClientTlsMaterial, TlsCell};
 use crate::upstream::cluster::Discoverer;
 use crate::upstream::listeners::BoundListener;
 use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub struct Proxy {
     refresh_interval: Duration,
     bound: mpsc::UnboundedReceiver<BoundListener>,
     refresh_requests: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+    /// Brokers whose configs have been audited against the finalized levels.
+    audited: BTreeSet<i32>,
 }
 
 impl Proxy {
@@ -79,8 +82,11 @@ impl Proxy {
             )?))),
             None => None,
         };
-        let controller =
-            open_controller(config, store, Ownership::new(config.kshim_owned.clone()))?;
+        let controller = open_controller(
+            config,
+            store,
+            Ownership::in_front(config.kshim_owned.clone()),
+        )?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
         let layout = layout(config, upstream_config, &node, local_addr);
@@ -110,10 +116,12 @@ impl Proxy {
             metrics,
         });
         let mut discoverer = Discoverer::new(upstream_config.bootstrap.clone(), link);
+        let mut audited = BTreeSet::new();
         match discoverer.refresh(&ClusterView::default()).await {
             Ok(view) => {
                 upstream.record_refresh(true);
-                apply(&context, &upstream, view, true).await
+                apply(&context, &upstream, view, true).await;
+                audit_new_brokers(&context, &upstream, &mut audited).await;
             }
             Err(e) => tracing::warn!(
                 "{e}; starting anyway with the stored feature view, and retrying every {} ms",
@@ -132,6 +140,7 @@ impl Proxy {
             refresh_interval: Duration::from_millis(upstream_config.refresh_interval_ms),
             bound,
             refresh_requests,
+            audited,
         })
     }
 
@@ -148,6 +157,7 @@ impl Proxy {
             mut bound,
             mut refresh_requests,
             tls,
+            mut audited,
             ..
         } = self;
         let admission = limits.admission();
@@ -189,12 +199,14 @@ impl Proxy {
                         waiting.push(more);
                     }
                     reachable = refresh(&context, &upstream, &mut discoverer, reachable).await;
+                    audit_new_brokers(&context, &upstream, &mut audited).await;
                     for w in waiting {
                         let _ = w.send(());
                     }
                 }
                 _ = ticker.tick() => {
                     reachable = refresh(&context, &upstream, &mut discoverer, reachable).await;
+                    audit_new_brokers(&context, &upstream, &mut audited).await;
                 }
             }
         }
@@ -314,12 +326,103 @@ async fn apply(context: &Context, upstream: &Upstream, view: ClusterView, first:
                 Mirror {
                     supported: features.supported,
                     finalized: features.finalized,
+                    cluster_id: view.cluster_id.clone(),
                 },
                 supporters,
             )
             .await;
     }
     upstream.set_view(view);
+}
+
+/// Audits each broker the first time a refresh sees it answer (and again
+/// while it is found in breach) against the validators of the levels in force:
+/// a broker that joined after a level was audited must not hide a violation.
+/// What it finds is reported beside the range conflicts. A broker that cannot
+/// be read now is tried again at the next refresh.
+async fn audit_new_brokers(context: &Context, upstream: &Upstream, audited: &mut BTreeSet<i32>) {
+    let view = upstream.view();
+    let policies = context.policies.load();
+    let supporter = |id: i32| format!("Broker {id}");
+    for id in audited.clone() {
+        if !view.brokers.contains_key(&id) {
+            audited.remove(&id);
+            context
+                .controller
+                .set_config_conflicts(&supporter(id), Vec::new());
+        }
+    }
+    if policies.validators.is_empty() {
+        return;
+    }
+    let snapshot = context.controller.snapshot();
+    let level_of = |f: &str| snapshot.finalized.level(f);
+    let features: Vec<&str> = policies.validators.features();
+    let mut keys: Vec<String> = features
+        .iter()
+        .flat_map(|f| policies.validators.keys_of(f))
+        .map(str::to_owned)
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let Some(version) = crate::upstream::configs::audit_version(&view) else {
+        return;
+    };
+    let in_breach: BTreeSet<String> = context
+        .controller
+        .conflicts()
+        .into_iter()
+        .filter(|c| matches!(c.problem, crate::features::Problem::Configs(_)))
+        .map(|c| c.supporter)
+        .collect();
+    for (&id, broker) in &view.brokers {
+        if !view.live.contains_key(&id)
+            || (audited.contains(&id) && !in_breach.contains(&supporter(id)))
+        {
+            continue;
+        }
+        let deadline = std::time::Instant::now() + upstream.link.connect_timeout;
+        let configs = match crate::upstream::configs::broker_configs(
+            id,
+            &broker.address(),
+            version,
+            &keys,
+            &upstream.link,
+            deadline,
+        )
+        .await
+        {
+            Ok(configs) => configs,
+            Err(e) => {
+                tracing::debug!(node = id, "broker {id} not audited yet: {e}");
+                continue;
+            }
+        };
+        let found = features
+            .iter()
+            .filter_map(|&feature| {
+                let level = level_of(feature);
+                let findings =
+                    crate::policy::audit(&policies.validators, feature, level, &level_of, &configs);
+                (!findings.is_empty()).then(|| crate::features::Conflict {
+                    feature: feature.to_owned(),
+                    level,
+                    supporter: supporter(id),
+                    problem: crate::features::Problem::Configs(
+                        findings
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    ),
+                })
+            })
+            .collect();
+        context
+            .controller
+            .set_config_conflicts(&supporter(id), found);
+        audited.insert(id);
+    }
 }
 
 fn layout(

@@ -64,7 +64,7 @@ impl Standalone {
         metrics: Arc<Metrics>,
         tls: Option<Arc<TlsCell>>,
     ) -> Result<Standalone, StartError> {
-        let controller = open_controller(config, store, Ownership::default())?;
+        let controller = open_controller(config, store, Ownership::standalone())?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
         let discovery = Discovery::new(

@@ -245,6 +245,16 @@ async fn readyz(State(state): State<Shared>) -> Response {
         }
         checks.insert("upstream_reachable".into(), json!(upstream.reachable()));
     }
+    // Reported, not failing readiness: kshim still serves, and the operator
+    // decides what to do about a broker that cannot run a level.
+    let conflicts: Vec<String> = state
+        .context
+        .controller
+        .conflicts()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    checks.insert("feature_incompatibilities".into(), json!(conflicts));
     let status = if ready {
         StatusCode::OK
     } else {
@@ -273,6 +283,7 @@ async fn metrics(
                 .collect(),
             refreshes_ok: ok,
             refreshes_failed: failed,
+            stale_views: ctx.controller.stale_views(),
         }
     });
     let text = ctx.metrics.render(&Snapshot {
@@ -285,6 +296,12 @@ async fn metrics(
             .collect(),
         overrides: state.registry.override_count(),
         certificate_not_after: state.registry.certificate_expiry(),
+        conflicts: ctx
+            .controller
+            .conflicts()
+            .into_iter()
+            .map(|c| (c.feature, c.supporter))
+            .collect(),
         upstream,
     });
     Ok((
@@ -319,6 +336,26 @@ async fn features(
         })
         .collect();
     doc.insert("owners".into(), Value::Object(owners));
+    let conflicts: Vec<Value> = ctx
+        .controller
+        .conflicts()
+        .iter()
+        .map(|c| {
+            let (supported, configs) = match &c.problem {
+                crate::features::Problem::Range(r) => (r.map(|r| r.to_string()), None),
+                crate::features::Problem::Configs(text) => (None, Some(text.clone())),
+            };
+            json!({
+                "feature": c.feature,
+                "level": c.level,
+                "supporter": c.supporter,
+                "supported": supported,
+                "configs": configs,
+                "message": c.to_string(),
+            })
+        })
+        .collect();
+    doc.insert("incompatibilities".into(), Value::Array(conflicts));
     Ok(Json(Value::Object(doc)))
 }
 

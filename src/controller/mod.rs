@@ -10,16 +10,19 @@
 //! store. Knows no wire format.
 
 use crate::features::{
-    incompatibilities, merge, plan_update, Dependencies, FeatureSnapshot, FeatureUpdate,
-    FinalizedFeatures, Incompatibility, Mirror, Owner, Ownership, SupportedFeatures, Supporter,
-    UpdatePlan, UpdateRejection,
+    incompatibilities, merge, plan_update, range_conflicts, Conflict, Dependencies,
+    FeatureSnapshot, FeatureUpdate, FinalizedFeatures, Incompatibility, Mirror, Owner, Ownership,
+    Reason, SupportedFeatures, Supporter, UpdatePlan, UpdateRejection, ViewVerdict,
 };
-use crate::protocol::error_codes;
 use crate::store::{FeatureStore, StoreError, StoredState};
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod fence;
+pub use fence::{ConfigFence, ConfigPass, FenceClosed};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -57,6 +60,10 @@ pub struct ControllerSettings {
 struct OwnState {
     /// kshim's own levels; `epoch` is the epoch clients see.
     own: FinalizedFeatures,
+    /// The accepted upstream view. Its epoch is the newest accepted one; the
+    /// store keeps the epoch of the last view that changed something, which
+    /// is enough for the epoch rule after a restart: a view at least that new
+    /// carries levels at least that new.
     mirror: Option<Mirror>,
 }
 
@@ -72,9 +79,90 @@ pub struct FeatureController {
     upstream_supporters: ArcSwap<Vec<Supporter>>,
     dependencies: Dependencies,
     store: Arc<dyn FeatureStore>,
-    /// Kafka's controller handles one UpdateFeatures at a time; so does kshim. An
-    /// async mutex, because the holder awaits the store.
+    /// Kafka's controller handles one UpdateFeatures at a time; so does kshim,
+    /// from the audit to the answer. An async mutex: the holder awaits the
+    /// upstream and the store.
+    section: tokio::sync::Mutex<()>,
+    /// Held only while a change is stored and published, so that a refresh
+    /// (which a forwarded update waits for) never waits for the section.
     state: tokio::sync::Mutex<OwnState>,
+    /// Config changes through kshim wait for an audit, or meet its target.
+    fence: ConfigFence,
+    /// Supporters whose ranges exclude a finalized kshim-owned level.
+    range_conflicts: ArcSwap<Vec<Conflict>>,
+    /// Brokers audited when they joined, by supporter label.
+    config_conflicts: ArcSwap<BTreeMap<String, Vec<Conflict>>>,
+    stale_views: AtomicU64,
+    /// Whether the last upstream view was ignored as stale (logged once per run).
+    stale: AtomicBool,
+}
+
+/// One UpdateFeatures at a time: holding this is holding the controller's turn.
+/// What it reads (snapshot, supporters, conflicts) cannot change under it but by
+/// a refresh of the upstream's own features.
+pub struct UpdateSection<'a> {
+    controller: &'a FeatureController,
+    _turn: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl<'a> UpdateSection<'a> {
+    pub fn snapshot(&self) -> Arc<FeatureSnapshot> {
+        self.controller.snapshot()
+    }
+
+    /// kshim itself, then every upstream broker.
+    pub fn supporters(&self) -> Vec<Supporter> {
+        let mut all = vec![self.controller.local.clone()];
+        all.extend(self.controller.upstream_supporters.load().iter().cloned());
+        all
+    }
+
+    pub fn conflicts(&self) -> Vec<Conflict> {
+        self.controller.conflicts()
+    }
+
+    pub fn dependencies(&self) -> &Dependencies {
+        &self.controller.dependencies
+    }
+
+    pub fn owner(&self, name: &str) -> Owner {
+        self.controller.owner(name)
+    }
+
+    /// Makes config changes through kshim wait (or meet `target`) until the
+    /// returned value is dropped.
+    pub async fn fence(&self, target: FinalizedFeatures) -> FenceClosed {
+        self.controller.fence.close(target).await
+    }
+
+    /// Stores `changes` to kshim's own levels, one epoch later, then publishes
+    /// them.
+    pub async fn apply(&self, changes: &BTreeMap<String, i16>) -> Result<(), UpdateRejection> {
+        let c = self.controller;
+        let mut state = c.state.lock().await;
+        let current = c.snapshot.load_full();
+        let mut own = state.own.with_levels(changes);
+        own.epoch = current.finalized.epoch + 1;
+        let saved = StoredState {
+            cluster_id: c.cluster_id.clone(),
+            finalized: own.clone(),
+            mirror: state.mirror.clone(),
+        };
+        if let Err(reason) = c.save(saved).await {
+            tracing::error!("feature update not applied, the store refused it: {reason}");
+            return Err(UpdateRejection::new(
+                Reason::StoreFailed,
+                "Unable to update finalized features due to an unexpected server error.",
+            ));
+        }
+        tracing::info!(epoch = own.epoch, "finalized features changed: {changes:?}");
+        let next = merge(&c.own_supported, &own, state.mirror.as_ref(), &c.ownership);
+        state.own = own;
+        c.snapshot.store(Arc::new(next));
+        drop(state);
+        c.check_ranges();
+        Ok(())
+    }
 }
 
 impl FeatureController {
@@ -123,6 +211,13 @@ impl FeatureController {
                 (state.finalized, state.cluster_id, None)
             }
         };
+        for name in settings.ownership.claimed_kafka_features() {
+            tracing::warn!(
+                feature = name,
+                "features.ownership.kshim_owned makes Apache Kafka's {name} kshim's: clients see kshim's level for it, \
+                 not the brokers'; use this only to test clients"
+            );
+        }
         let local = Supporter {
             label: format!("Local controller {}", settings.node_id),
             features: settings.supported.clone(),
@@ -144,7 +239,13 @@ impl FeatureController {
             upstream_supporters: ArcSwap::from_pointee(Vec::new()),
             dependencies: settings.dependencies,
             store,
+            section: tokio::sync::Mutex::new(()),
             state: tokio::sync::Mutex::new(OwnState { own, mirror }),
+            fence: ConfigFence::default(),
+            range_conflicts: ArcSwap::from_pointee(Vec::new()),
+            config_conflicts: ArcSwap::from_pointee(BTreeMap::new()),
+            stale_views: AtomicU64::new(0),
+            stale: AtomicBool::new(false),
         })
     }
 
@@ -163,17 +264,104 @@ impl FeatureController {
             .owner(name, self.mirror.load().as_ref().as_ref())
     }
 
+    /// The fence config changes pass before they are checked.
+    pub fn fence(&self) -> &ConfigFence {
+        &self.fence
+    }
+
+    /// Upstream views ignored because an older epoch than the accepted one.
+    pub fn stale_views(&self) -> u64 {
+        self.stale_views.load(Ordering::Relaxed)
+    }
+
+    /// Everything that makes a finalized kshim-owned level untrue for part of
+    /// the cluster now.
+    pub fn conflicts(&self) -> Vec<Conflict> {
+        let mut all: Vec<Conflict> = self.range_conflicts.load().iter().cloned().collect();
+        all.extend(self.config_conflicts.load().values().flatten().cloned());
+        all
+    }
+
+    /// Records what the audit of a joining broker found (empty: nothing).
+    pub fn set_config_conflicts(&self, supporter: &str, found: Vec<Conflict>) {
+        let mut next = BTreeMap::clone(&self.config_conflicts.load());
+        let before = next.remove(supporter).unwrap_or_default();
+        for c in found.iter().filter(|c| !before.contains(c)) {
+            tracing::warn!(feature = %c.feature, "{c}; further upgrades of {} are refused until this is resolved", c.feature);
+        }
+        if !before.is_empty() && found.is_empty() {
+            tracing::info!(
+                "{supporter}: its configs no longer violate any finalized level's validators"
+            );
+        }
+        if !found.is_empty() {
+            next.insert(supporter.to_owned(), found);
+        }
+        self.config_conflicts.store(Arc::new(next));
+    }
+
+    /// Waits (at most `timeout`) for the controller's turn.
+    pub async fn begin(&self, timeout: Duration) -> Result<UpdateSection<'_>, UpdateRejection> {
+        let turn = tokio::time::timeout(timeout, self.section.lock())
+            .await
+            .map_err(|_| {
+                UpdateRejection::new(
+                    Reason::Busy,
+                    format!(
+                        "Timed out after {} ms waiting for another feature update to finish.",
+                        timeout.as_millis()
+                    ),
+                )
+            })?;
+        Ok(UpdateSection {
+            controller: self,
+            _turn: turn,
+        })
+    }
+
     /// Takes in the upstream's feature state as the latest refresh saw it, and the
-    /// upstream brokers as supporters of kshim-owned features. A change of the
-    /// mirrored levels moves the epoch to max(epoch + 1, upstream epoch), so that
-    /// it never goes back and follows the upstream's when only the upstream moves.
+    /// upstream brokers as supporters of kshim-owned features.
+    ///
+    /// The epoch rule: a view older than the accepted one (a lagging broker's)
+    /// is ignored and counted. An accepted view that changes the levels clients
+    /// see moves kshim's epoch to max(epoch + 1, upstream epoch), so that it
+    /// never goes back and follows the upstream's when only the upstream moves.
     pub async fn apply_mirror(&self, mirror: Mirror, supporters: Vec<Supporter>) {
         self.upstream_supporters.store(Arc::new(supporters));
+        self.take_view(mirror).await;
+        self.check_ranges();
+    }
+
+    async fn take_view(&self, mirror: Mirror) {
         let mut state = self.state.lock().await;
+        match Mirror::judge(state.mirror.as_ref(), &mirror) {
+            ViewVerdict::Stale { seen, accepted } => {
+                self.stale_views.fetch_add(1, Ordering::Relaxed);
+                if !self.stale.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "ignoring the upstream's feature view at epoch {seen}: it is older than the accepted epoch {accepted} \
+                         (a broker that lags behind answered); clients keep the newer view"
+                    );
+                }
+                return;
+            }
+            ViewVerdict::Accept => {
+                if self.stale.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        "the upstream's feature view is current again (epoch {})",
+                        mirror.finalized.epoch
+                    );
+                }
+            }
+        }
         let unchanged = state.mirror.as_ref().is_some_and(|m| {
-            m.supported == mirror.supported && m.finalized.levels == mirror.finalized.levels
+            m.supported == mirror.supported
+                && m.finalized.levels == mirror.finalized.levels
+                && m.cluster_id == mirror.cluster_id
         });
         if unchanged {
+            // Newer, but the same: only the accepted epoch moves, in memory.
+            state.mirror = Some(mirror);
             return;
         }
         let current = self.snapshot.load_full();
@@ -195,6 +383,7 @@ impl FeatureController {
         if next.finalized != current.finalized {
             tracing::info!(
                 epoch = next.finalized.epoch,
+                upstream_epoch = mirror.finalized.epoch,
                 "finalized features changed upstream: {:?}",
                 mirror.finalized.levels
             );
@@ -203,6 +392,30 @@ impl FeatureController {
         state.mirror = Some(mirror.clone());
         self.mirror.store(Arc::new(Some(mirror)));
         self.snapshot.store(Arc::new(next));
+    }
+
+    /// The KIP's check on every change: every supporter's range against every
+    /// finalized kshim-owned level. A new conflict is logged once; a resolved
+    /// one once.
+    fn check_ranges(&self) {
+        let snapshot = self.snapshot.load_full();
+        let mirror = self.mirror.load_full();
+        let owned =
+            |name: &str| self.ownership.owner(name, mirror.as_ref().as_ref()) == Owner::Kshim;
+        let mut supporters = vec![self.local.clone()];
+        supporters.extend(self.upstream_supporters.load().iter().cloned());
+        let found = range_conflicts(&snapshot.finalized, &owned, &supporters);
+        let before = self.range_conflicts.load_full();
+        if *before == found {
+            return;
+        }
+        for c in found.iter().filter(|c| !before.contains(c)) {
+            tracing::warn!(feature = %c.feature, "{c}; further upgrades of {} are refused until this is resolved", c.feature);
+        }
+        for c in before.iter().filter(|c| !found.contains(c)) {
+            tracing::info!(feature = %c.feature, "resolved: {c}");
+        }
+        self.range_conflicts.store(Arc::new(found));
     }
 
     async fn save(&self, state: StoredState) -> Result<(), String> {
@@ -214,65 +427,27 @@ impl FeatureController {
         }
     }
 
-    /// Validates `updates` and, unless `validate_only`, applies them: persisted
-    /// first, then published. Waits at most `timeout` for an update in progress.
+    /// Validates `updates` against kshim's own rules and, unless
+    /// `validate_only`, applies them: persisted first, then published. Waits at
+    /// most `timeout` for an update in progress. (The UpdateFeatures handler
+    /// plans with ownership, policies and the upstream as well.)
     pub async fn update(
         &self,
         updates: Vec<FeatureUpdate>,
         validate_only: bool,
         timeout: Duration,
     ) -> Result<UpdatePlan, UpdateRejection> {
-        let mut state = tokio::time::timeout(timeout, self.state.lock())
-            .await
-            .map_err(|_| UpdateRejection {
-                feature: None,
-                code: error_codes::REQUEST_TIMED_OUT,
-                message: format!(
-                    "Timed out after {} ms waiting for another feature update to finish.",
-                    timeout.as_millis()
-                ),
-            })?;
-        let current = self.snapshot.load_full();
-        let mut supporters = vec![self.local.clone()];
-        supporters.extend(self.upstream_supporters.load().iter().cloned());
+        let section = self.begin(timeout).await?;
+        let current = section.snapshot();
         let plan = plan_update(
             &current.finalized,
-            &supporters,
+            &section.supporters(),
             &self.dependencies,
             &updates,
         )?;
-        if validate_only || plan.changes.is_empty() {
-            return Ok(plan);
+        if !validate_only && !plan.changes.is_empty() {
+            section.apply(&plan.changes).await?;
         }
-        let mut own = state.own.with_levels(&plan.changes);
-        own.epoch = current.finalized.epoch + 1;
-        let saved = StoredState {
-            cluster_id: self.cluster_id.clone(),
-            finalized: own.clone(),
-            mirror: state.mirror.clone(),
-        };
-        if let Err(reason) = self.save(saved).await {
-            tracing::error!("feature update not applied, the store refused it: {reason}");
-            return Err(UpdateRejection {
-                feature: None,
-                code: error_codes::FEATURE_UPDATE_FAILED,
-                message: "Unable to update finalized features due to an unexpected server error."
-                    .to_owned(),
-            });
-        }
-        tracing::info!(
-            epoch = own.epoch,
-            "finalized features changed: {:?}",
-            plan.changes
-        );
-        let next = merge(
-            &self.own_supported,
-            &own,
-            state.mirror.as_ref(),
-            &self.ownership,
-        );
-        state.own = own;
-        self.snapshot.store(Arc::new(next));
         Ok(plan)
     }
 }
@@ -342,7 +517,7 @@ mod tests {
             supported: kafka::supported_features(),
             bootstrap: None,
             dependencies: kafka::dependencies(),
-            ownership: Ownership::default(),
+            ownership: Ownership::standalone(),
         }
     }
 
@@ -419,11 +594,11 @@ mod tests {
     async fn a_busy_controller_times_out() {
         let dir = tempfile::tempdir().unwrap();
         let c = open(dir.path(), settings()).unwrap();
-        let _held = c.state.lock().await;
+        let _turn = c.begin(Duration::from_secs(1)).await.unwrap();
         let err = c
             .update(vec![], false, Duration::from_millis(20))
             .await
             .unwrap_err();
-        assert_eq!(err.code, error_codes::REQUEST_TIMED_OUT);
+        assert_eq!(err.reason, Reason::Busy);
     }
 }

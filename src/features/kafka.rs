@@ -65,6 +65,25 @@ pub fn metadata_changed_between(to: i16, from: i16) -> bool {
         .any(|(level, _, changed)| *level > to && *level <= from && *changed)
 }
 
+/// Every feature name Apache Kafka 4.x defines (org.apache.kafka.server.common.Feature,
+/// metadata.version and kraft.version). In front of a cluster these are the
+/// upstream's: kshim never finalizes them itself unless configured to.
+pub const KAFKA_FEATURE_NAMES: &[&str] = &[
+    "eligible.leader.replicas.version",
+    "group.version",
+    KRAFT_VERSION,
+    METADATA_VERSION,
+    "share.version",
+    "streams.version",
+    "test.feature.version",
+    "transaction.version",
+];
+
+/// Whether `name` is one of Apache Kafka's own features.
+pub fn is_kafka_feature(name: &str) -> bool {
+    KAFKA_FEATURE_NAMES.contains(&name)
+}
+
 /// The features a Kafka 4.1 broker supports.
 pub fn supported_features() -> SupportedFeatures {
     [

@@ -10,8 +10,11 @@ pub mod ownership;
 pub mod update;
 
 pub use dependencies::{Dependencies, Requirement};
-pub use ownership::{merge, Mirror, Owner, Ownership};
-pub use update::{plan_update, FeatureUpdate, Supporter, UpdatePlan, UpdateRejection, UpgradeType};
+pub use ownership::{merge, Mirror, Owner, Ownership, ViewVerdict};
+pub use update::{
+    invalid_update, plan_update, Blame, FeatureUpdate, Reason, Supporter, UpdatePlan,
+    UpdateRejection, UpgradeType,
+};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -112,6 +115,81 @@ impl fmt::Display for Incompatibility {
     }
 }
 
+/// Something found while running that makes a finalized kshim-owned level
+/// untrue for part of the cluster: a supporter whose advertised range excludes
+/// it (the KIP's check on every change), or a broker whose configs break the
+/// validators of that level (a broker that joined after the level was audited).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub feature: String,
+    pub level: i16,
+    /// How messages name the supporter: "Broker 2", "Local controller 1".
+    pub supporter: String,
+    pub problem: Problem,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// The supporter's range for the feature, `None` when it does not support it.
+    Range(Option<SupportedRange>),
+    /// The validators' findings, as one line.
+    Configs(String),
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Conflict {
+            feature,
+            level,
+            supporter,
+            problem,
+        } = self;
+        match problem {
+            Problem::Range(Some(range)) => write!(
+                f,
+                "{supporter} supports {feature} only at {range}, which excludes its finalized level {level}"
+            ),
+            Problem::Range(None) => write!(
+                f,
+                "{supporter} does not support {feature}, which is finalized at level {level}"
+            ),
+            Problem::Configs(findings) => write!(
+                f,
+                "{supporter} has configs that violate the validators of {feature} at its finalized level {level}: {findings}"
+            ),
+        }
+    }
+}
+
+/// Every finalized level of a feature `owned` says is kshim's that some
+/// supporter cannot run. An upstream broker bounds only the features it
+/// advertises.
+pub fn range_conflicts(
+    finalized: &FinalizedFeatures,
+    owned: &dyn Fn(&str) -> bool,
+    supporters: &[Supporter],
+) -> Vec<Conflict> {
+    let mut found = Vec::new();
+    for (name, &level) in finalized.levels.iter().filter(|(n, _)| owned(n)) {
+        for s in supporters {
+            let range = s.features.get(name).copied();
+            let excluded = match range {
+                Some(r) => !r.contains(level),
+                None => !s.only_listed,
+            };
+            if excluded {
+                found.push(Conflict {
+                    feature: name.clone(),
+                    level,
+                    supporter: s.label.clone(),
+                    problem: Problem::Range(range),
+                });
+            }
+        }
+    }
+    found
+}
+
 /// Every finalized level that `supported` cannot run.
 pub fn incompatibilities(
     supported: &SupportedFeatures,
@@ -144,6 +222,42 @@ mod tests {
         assert_eq!(
             next.levels,
             [("b".to_owned(), 2), ("c".to_owned(), 4)].into()
+        );
+    }
+
+    #[test]
+    fn range_conflicts_name_the_supporter_and_its_range() {
+        let finalized = FinalizedFeatures {
+            epoch: 1,
+            levels: [("acme.a".into(), 2), ("acme.b".into(), 1), ("up".into(), 9)].into(),
+        };
+        let broker = |label: &str, features: &[(&str, i16, i16)]| Supporter {
+            label: label.into(),
+            features: features
+                .iter()
+                .map(|&(n, min, max)| (n.to_owned(), SupportedRange::new(min, max)))
+                .collect(),
+            only_listed: true,
+        };
+        let local = Supporter {
+            label: "Local controller 1".into(),
+            features: [("acme.a".into(), SupportedRange::new(0, 3))].into(),
+            only_listed: false,
+        };
+        let supporters = [
+            local,
+            broker("Broker 1", &[("acme.a", 0, 3)]),
+            broker("Broker 2", &[("acme.a", 0, 1), ("up", 0, 0)]),
+        ];
+        let owned = |n: &str| n.starts_with("acme.");
+        let found = range_conflicts(&finalized, &owned, &supporters);
+        let text: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "Broker 2 supports acme.a only at 0-1, which excludes its finalized level 2",
+                "Local controller 1 does not support acme.b, which is finalized at level 1",
+            ]
         );
     }
 

@@ -11,7 +11,6 @@ use super::kafka::{
     METADATA_VERSION_MIN,
 };
 use super::{Dependencies, FinalizedFeatures, SupportedFeatures};
-use crate::protocol::error_codes;
 use std::collections::{BTreeMap, HashSet};
 
 /// How a level may move: UpdateFeatures v1+ UpgradeType, or v0's AllowDowngrade.
@@ -84,13 +83,76 @@ pub struct Supporter {
     pub only_listed: bool,
 }
 
-/// Why a request was refused: the feature that failed first, the Kafka error code,
-/// and the per-feature message.
+/// Why a request was refused: the feature that failed first, the reason, and
+/// the per-feature message. The wire's error code is the handler's to choose
+/// (`handlers::update_features::error_code`), from the reason alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateRejection {
     pub feature: Option<String>,
-    pub code: i16,
+    pub reason: Reason,
     pub message: String,
+}
+
+impl UpdateRejection {
+    pub fn new(reason: Reason, message: impl Into<String>) -> UpdateRejection {
+        UpdateRejection {
+            feature: None,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn for_feature(mut self, feature: &str) -> UpdateRejection {
+        self.feature = Some(feature.to_owned());
+        self
+    }
+}
+
+/// Why an update was refused, in the feature model's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The request itself is malformed: a feature named twice, or features of
+    /// both owners in one request.
+    InvalidRequest,
+    /// The rules refuse the level (range, direction, dependencies).
+    InvalidVersion,
+    /// The caller may not alter the cluster.
+    NotAuthorized,
+    /// Another update held the controller for the request's whole timeout.
+    Busy,
+    /// Configs of the cluster violate the validators of the target level.
+    ConfigViolation,
+    /// A supporter's advertised range already excludes the feature's finalized
+    /// level: no upgrade until that is resolved.
+    Incompatible,
+    /// kshim could not read what it must check (a broker's configs).
+    AuditBlind,
+    /// The upstream could not be reached, or broke, on the way.
+    UpstreamFailed,
+    /// kshim's own store refused the change.
+    StoreFailed,
+}
+
+/// Who caused a refusal: decides how loudly it is logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    Client,
+    Upstream,
+    Kshim,
+}
+
+impl Reason {
+    pub fn blame(self) -> Blame {
+        match self {
+            Reason::InvalidRequest
+            | Reason::InvalidVersion
+            | Reason::NotAuthorized
+            | Reason::Busy
+            | Reason::ConfigViolation => Blame::Client,
+            Reason::Incompatible | Reason::AuditBlind | Reason::UpstreamFailed => Blame::Upstream,
+            Reason::StoreFailed => Blame::Kshim,
+        }
+    }
 }
 
 /// What an accepted request changes. `changes` holds only levels that differ from
@@ -100,12 +162,12 @@ pub struct UpdatePlan {
     pub changes: BTreeMap<String, i16>,
 }
 
-fn invalid_update(name: &str, level: i16, reason: &str) -> UpdateRejection {
-    UpdateRejection {
-        feature: Some(name.to_owned()),
-        code: error_codes::INVALID_UPDATE_VERSION,
-        message: format!("Invalid update version {level} for feature {name}. {reason}"),
-    }
+pub fn invalid_update(name: &str, level: i16, reason: &str) -> UpdateRejection {
+    UpdateRejection::new(
+        Reason::InvalidVersion,
+        format!("Invalid update version {level} for feature {name}. {reason}"),
+    )
+    .for_feature(name)
 }
 
 /// Decides whether `updates` may be applied to `current`.
@@ -117,14 +179,14 @@ pub fn plan_update(
 ) -> Result<UpdatePlan, UpdateRejection> {
     let mut seen = HashSet::new();
     if let Some(dup) = updates.iter().find(|u| !seen.insert(u.name.as_str())) {
-        return Err(UpdateRejection {
-            feature: Some(dup.name.clone()),
-            code: error_codes::INVALID_REQUEST,
-            message: format!(
+        return Err(UpdateRejection::new(
+            Reason::InvalidRequest,
+            format!(
                 "Feature {} appears more than once in the request.",
                 dup.name
             ),
-        });
+        )
+        .for_feature(&dup.name));
     }
 
     let mut proposed = current.levels.clone();
@@ -211,11 +273,11 @@ fn check_one(
 }
 
 fn invalid_metadata_version(level: i16, reason: &str) -> UpdateRejection {
-    UpdateRejection {
-        feature: Some(METADATA_VERSION.to_owned()),
-        code: error_codes::INVALID_UPDATE_VERSION,
-        message: format!("Invalid metadata.version {level}. {reason}"),
-    }
+    UpdateRejection::new(
+        Reason::InvalidVersion,
+        format!("Invalid metadata.version {level}. {reason}"),
+    )
+    .for_feature(METADATA_VERSION)
 }
 
 /// metadata.version carries the metadata format itself: it must be a known level,
@@ -312,7 +374,7 @@ mod tests {
     #[test]
     fn out_of_range_names_the_supporter_and_its_range() {
         let r = reject(&[upd("group.version", 2, UpgradeType::Upgrade)]);
-        assert_eq!(r.code, error_codes::INVALID_UPDATE_VERSION);
+        assert_eq!(r.reason, Reason::InvalidVersion);
         assert_eq!(
             r.message,
             "Invalid update version 2 for feature group.version. Local controller 1 only supports versions 0-1"
@@ -403,7 +465,7 @@ mod tests {
             upd("group.version", 1, UpgradeType::Upgrade),
             upd("group.version", 0, UpgradeType::SafeDowngrade),
         ]);
-        assert_eq!(r.code, error_codes::INVALID_REQUEST);
+        assert_eq!(r.reason, Reason::InvalidRequest);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! POLICY_VIOLATION or INVALID_CONFIG and never reaches the upstream; the others go
 //! on in one request, ValidateOnly included.
 
-use super::checked::{self, check_changes, levels, Change};
-use super::{decode_request, Action, Context, HandlerError};
+use super::checked::{self, at_every_level, check_changes, Change};
+use super::{decode_request, Action, HandlerError};
+use crate::features::FinalizedFeatures;
 use crate::policy::ConfigResource;
 use crate::policy::Policies;
 use crate::protocol::config_requests::{alter_configs, ALTER_CONFIGS_VERSIONS};
@@ -18,18 +19,27 @@ use std::collections::BTreeMap;
 
 const API: ApiKey = ApiKey::AlterConfigs;
 
-pub fn handle(ctx: &Context, policies: &Policies, frame: Bytes) -> Result<Action, HandlerError> {
+/// `level_sets`: the levels every change must hold at (the current ones, and
+/// those of an upgrade audit in progress).
+pub fn handle(
+    policies: &Policies,
+    level_sets: &[&FinalizedFeatures],
+    frame: Bytes,
+) -> Result<Action, HandlerError> {
     let (request, (body, entries)) =
         decode_request(API, ALTER_CONFIGS_VERSIONS.1, frame, alter_configs)?;
     let version = request.header.api_version;
-    let snapshot = ctx.controller.snapshot();
-    let level_of = levels(&snapshot.finalized);
     let (slots, accepted) = checked::judge_resources(
         API,
         version,
         &body.resources,
         |r| (r.resource_type, &r.resource_name),
-        |target, r| check(policies, &level_of, target, r),
+        |target, r| {
+            at_every_level(level_sets, |level_of| {
+                check(policies, level_of, target, r).err()
+            })
+            .map_or(Ok(()), Err)
+        },
     )?;
     checked::settle(API, request, slots, &accepted, &entries)
 }

@@ -9,6 +9,7 @@
 
 use super::forward::{self, AfterResponse, Forward};
 use super::{Action, HandlerError};
+use crate::controller::ConfigPass;
 use crate::features::FinalizedFeatures;
 use crate::policy::{ConfigResource, Policies};
 use crate::protocol::config_requests::Entries;
@@ -67,6 +68,7 @@ pub(super) fn settle(
         version,
         correlation_id: request.header.correlation_id,
         expects_response: true,
+        hold: None,
         after: AfterResponse::Merge(Box::new(move |upstream| {
             results::merge(api, version, upstream, &slots)
         })),
@@ -76,6 +78,28 @@ pub(super) fn settle(
 /// The finalized level of every feature, as the validators read it.
 pub(super) fn levels(finalized: &FinalizedFeatures) -> impl Fn(&str) -> i16 + '_ {
     move |feature| finalized.level(feature)
+}
+
+/// The first refusal `check` gives at any of `level_sets` (the current levels,
+/// and those of an audit in progress): a change must hold at both, whichever
+/// way the audit ends.
+pub(super) fn at_every_level<T>(
+    level_sets: &[&FinalizedFeatures],
+    check: impl Fn(&dyn Fn(&str) -> i16) -> Option<T>,
+) -> Option<T> {
+    level_sets.iter().find_map(|f| check(&levels(f)))
+}
+
+/// Keeps a fence pass with a forwarded request until the upstream has
+/// answered it; other actions end it at once.
+pub(super) fn holding(action: Action, pass: Option<ConfigPass>) -> Action {
+    match (action, pass) {
+        (Action::Forward(mut fw), Some(pass)) => {
+            fw.hold = Some(Box::new(pass));
+            Action::Forward(fw)
+        }
+        (action, _) => action,
+    }
 }
 
 /// One change an alter request makes to one config.

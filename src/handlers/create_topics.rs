@@ -3,8 +3,9 @@
 //! the config validators in force (INVALID_CONFIG). Refused topics never reach the
 //! upstream; the others go on in one request, ValidateOnly included.
 
-use super::checked::{self, levels};
-use super::{decode_request, Action, Context, HandlerError};
+use super::checked::{self, at_every_level};
+use super::{decode_request, Action, HandlerError};
+use crate::features::FinalizedFeatures;
 use crate::policy::Policies;
 use crate::policy::TopicDetails;
 use crate::protocol::config_requests::{create_topics, CREATE_TOPICS_VERSIONS};
@@ -21,17 +22,17 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 const API: ApiKey = ApiKey::CreateTopics;
 
+/// `level_sets`: the levels every topic's configs must hold at (the current
+/// ones, and those of an upgrade audit in progress).
 pub fn handle(
-    ctx: &Context,
     policies: &Policies,
+    level_sets: &[&FinalizedFeatures],
     frame: Bytes,
     defaults: TopicDefaults,
 ) -> Result<Action, HandlerError> {
     let (request, (body, entries)) =
         decode_request(API, CREATE_TOPICS_VERSIONS.1, frame, create_topics)?;
     let version = request.header.api_version;
-    let snapshot = ctx.controller.snapshot();
-    let level_of = levels(&snapshot.finalized);
 
     let mut seen: HashMap<&str, usize> = HashMap::with_capacity(body.topics.len());
     for t in &body.topics {
@@ -52,7 +53,9 @@ pub fn handle(
                 "Duplicate topic name.".to_owned(),
             ))
         } else {
-            check(policies, &level_of, topic, defaults)
+            at_every_level(level_sets, |level_of| {
+                check(policies, level_of, topic, defaults)
+            })
         };
         match refusal {
             None => {

@@ -12,7 +12,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
 /// A request on its way to the upstream.
-#[derive(Debug)]
 pub struct Forward {
     /// The request frame, without its size prefix, exactly as the client sent it.
     pub frame: Bytes,
@@ -21,6 +20,21 @@ pub struct Forward {
     pub correlation_id: i32,
     pub expects_response: bool,
     pub after: AfterResponse,
+    /// Kept until the response has come back (or the request is dropped).
+    pub hold: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forward")
+            .field("api", &self.api)
+            .field("version", &self.version)
+            .field("correlation_id", &self.correlation_id)
+            .field("expects_response", &self.expects_response)
+            .field("after", &self.after)
+            .field("holds", &self.hold.is_some())
+            .finish()
+    }
 }
 
 /// Turns the upstream's response body into the one the client gets.
@@ -72,6 +86,7 @@ pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
         correlation_id: peek.correlation_id,
         expects_response,
         after,
+        hold: None,
     })
 }
 

@@ -220,9 +220,16 @@ fn checked_request(
         }
     }
     let policies = ctx.policies.load();
+    // With validators, an upgrade audit may run: the change passes its fence
+    // first (even an exempt principal's: the audit must see it), and holds the
+    // pass until the upstream has answered.
+    let pass = (!policies.validators.is_empty()).then(|| ctx.controller.fence().pass());
     if !checked::anything_to_check(&policies) || policies.exempts(&peer.principal) {
-        return forward::plan(api, peek, frame);
+        return checked::holding(forward::plan(api, peek, frame), pass);
     }
+    let snapshot = ctx.controller.snapshot();
+    let mut levels = vec![&snapshot.finalized];
+    levels.extend(pass.as_ref().and_then(|p| p.target()));
     let result = match api {
         ApiKey::CreateTopics => {
             let defaults = ctx
@@ -230,13 +237,13 @@ fn checked_request(
                 .as_ref()
                 .map(|u| u.view().topic_defaults)
                 .unwrap_or_default();
-            create_topics::handle(ctx, &policies, frame, defaults)
+            create_topics::handle(&policies, &levels, frame, defaults)
         }
-        ApiKey::AlterConfigs => alter_configs::handle(ctx, &policies, frame),
-        _ => incremental_alter_configs::handle(ctx, &policies, frame),
+        ApiKey::AlterConfigs => alter_configs::handle(&policies, &levels, frame),
+        _ => incremental_alter_configs::handle(&policies, &levels, frame),
     };
     match result {
-        Ok(action) => action,
+        Ok(action) => checked::holding(action, pass),
         Err(e) => Err::<Bytes, _>(e).into(),
     }
 }

@@ -46,21 +46,55 @@ impl Policies {
 }
 
 /// The swappable home of the policies in force.
+///
+/// A create-topic policy a library installs (`install_create_topic`) wins over
+/// the declared `[policy.create_topic]` for as long as kshim runs: a reload of
+/// the config (SIGHUP, the admin API) replaces the validators and exemptions,
+/// never the installed policy.
 #[derive(Debug, Default)]
-pub struct PolicyCell(ArcSwap<Policies>);
+pub struct PolicyCell {
+    current: ArcSwap<Policies>,
+    installed: std::sync::Mutex<Option<Arc<dyn CreateTopicPolicy>>>,
+}
 
 impl PolicyCell {
     pub fn new(policies: Policies) -> PolicyCell {
-        PolicyCell(ArcSwap::from_pointee(policies))
+        PolicyCell {
+            current: ArcSwap::from_pointee(policies),
+            installed: std::sync::Mutex::new(None),
+        }
     }
 
     pub fn load(&self) -> Arc<Policies> {
-        self.0.load_full()
+        self.current.load_full()
     }
 
-    /// Puts `policies` in force for every request that starts from now on.
-    pub fn replace(&self, policies: Policies) {
-        self.0.store(Arc::new(policies));
+    /// Puts `policies` in force for every request that starts from now on,
+    /// with the installed create-topic policy, if any, in place of theirs.
+    pub fn replace(&self, mut policies: Policies) {
+        let installed = self.installed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = installed.as_ref() {
+            policies.create_topic = Arc::clone(p);
+        }
+        self.current.store(Arc::new(policies));
+    }
+
+    /// Installs a library's own create-topic policy, in force from the next
+    /// request and kept across every later `replace`.
+    pub fn install_create_topic(&self, policy: Arc<dyn CreateTopicPolicy>) {
+        let mut installed = self.installed.lock().unwrap_or_else(|e| e.into_inner());
+        *installed = Some(Arc::clone(&policy));
+        let mut next = Policies::clone(&self.current.load());
+        next.create_topic = policy;
+        self.current.store(Arc::new(next));
+    }
+
+    /// Whether a library installed its own create-topic policy.
+    pub fn has_installed_policy(&self) -> bool {
+        self.installed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 }
 

@@ -149,7 +149,15 @@ impl Reconfigurable for PolicyComponent {
     fn prepare(&self, next: &Config) -> Result<Prepared, Vec<KeyError>> {
         // The policies were parsed and checked with the config.
         let policies = next.policies.clone();
-        let changed = format!("{policies:?}") != format!("{:?}", self.cell.load());
+        let current = self.cell.load();
+        // The declared rules have no secrets and no `==` of their own (a rule
+        // may hold a compiled pattern): compared by their full description.
+        // An installed library policy stays whatever the file declares.
+        let declared =
+            |p: &crate::policy::Policies| format!("{:?} {:?}", p.validators, p.exempt_principals);
+        let changed = declared(&policies) != declared(&current)
+            || (!self.cell.has_installed_policy()
+                && format!("{:?}", policies.create_topic) != format!("{:?}", current.create_topic));
         let cell = Arc::clone(&self.cell);
         Ok(Prepared::new(changed, move || cell.replace(policies)))
     }

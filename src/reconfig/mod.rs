@@ -149,85 +149,104 @@ const RESTART_KEYS: [&str; 18] = [
     "config_providers",
 ];
 
-/// The values of the restart-only keys of a config, to tell which changed.
+/// The restart-only settings of a config: the config itself, compared field
+/// by field with `==` on the typed values (never through their `Debug` text,
+/// which hides secrets), by `RESTART_CHECKS`.
+#[derive(Clone)]
+struct RestartView(Arc<Config>);
+
 fn restart_view(c: &Config) -> RestartView {
-    let upstream = c.upstream.as_ref().map(|u| {
-        let mut u = u.clone();
-        u.tls = None;
-        u
-    });
-    BTreeMap::from([
-        ("listen", c.listen.clone()),
-        (
-            "advertised_listener",
-            format!("{:?}", c.advertised_listener),
-        ),
-        ("data_dir", c.data_dir.display().to_string()),
-        ("node_id", c.node_id.to_string()),
-        ("cluster_id", format!("{:?}", c.cluster_id)),
-        ("max_frame_bytes", c.max_frame_bytes.to_string()),
-        ("max_connections", c.max_connections.to_string()),
-        (
-            "max_connections_per_ip",
-            c.max_connections_per_ip.to_string(),
-        ),
-        (
-            "max_connections_per_ip_overrides",
-            format!("{:?}", c.max_connections_per_ip_overrides),
-        ),
-        (
-            "connections_max_idle_ms",
-            c.connections_max_idle_ms.to_string(),
-        ),
-        ("frame_read_timeout_ms", c.frame_read_timeout_ms.to_string()),
-        ("descriptor_reserve", c.descriptor_reserve.to_string()),
-        ("discovery.draft_tags", c.draft_tags.to_string()),
-        (
-            "features",
-            format!(
-                "{:?} {:?} {:?} {:?}",
-                c.supported, c.bootstrap, c.dependencies, c.kshim_owned
-            ),
-        ),
-        ("upstream", format!("{upstream:?}")),
-        (
-            "upstream.tls (turning it on or off)",
-            c.upstream
-                .as_ref()
-                .is_some_and(|u| u.tls.is_some())
-                .to_string(),
-        ),
-        ("tls (turning it on or off)", c.tls.is_some().to_string()),
-        (
-            "admin (turning it on or off)",
-            c.admin.is_some().to_string(),
-        ),
-        (
-            "admin.listen",
-            format!("{:?}", c.admin.as_ref().map(|a| &a.listen)),
-        ),
-        (
-            "admin.max_body_bytes",
-            format!("{:?}", c.admin.as_ref().map(|a| a.max_body_bytes)),
-        ),
-        (
-            "admin.tls (turning it on or off)",
-            c.admin
-                .as_ref()
-                .is_some_and(|a| a.tls.is_some())
-                .to_string(),
-        ),
-        ("config_providers", format!("{:?}", c.file_allowed_paths)),
-    ])
+    RestartView(Arc::new(c.clone()))
 }
 
-type RestartView = BTreeMap<&'static str, String>;
+/// Whether one restart-only setting is the same in two configs.
+type Same = fn(&Config, &Config) -> bool;
 
-/// The restart-only keys whose values differ between two views.
+/// `[upstream]` without what a component reloads (its TLS material) and what
+/// is compared on its own (SASL).
+fn upstream_rest(c: &Config) -> Option<crate::config::UpstreamConfig> {
+    c.upstream.as_ref().map(|u| {
+        let mut u = u.clone();
+        u.tls = None;
+        u.sasl = None;
+        u
+    })
+}
+
+/// Each restart-only setting, by the name the change reports.
+fn restart_checks() -> [(&'static str, Same); 23] {
+    [
+        ("listen", |a, b| a.listen == b.listen),
+        ("advertised_listener", |a, b| {
+            a.advertised_listener == b.advertised_listener
+        }),
+        ("data_dir", |a, b| a.data_dir == b.data_dir),
+        ("node_id", |a, b| a.node_id == b.node_id),
+        ("cluster_id", |a, b| a.cluster_id == b.cluster_id),
+        ("max_frame_bytes", |a, b| {
+            a.max_frame_bytes == b.max_frame_bytes
+        }),
+        ("max_connections", |a, b| {
+            a.max_connections == b.max_connections
+        }),
+        ("max_connections_per_ip", |a, b| {
+            a.max_connections_per_ip == b.max_connections_per_ip
+        }),
+        ("max_connections_per_ip_overrides", |a, b| {
+            a.max_connections_per_ip_overrides == b.max_connections_per_ip_overrides
+        }),
+        ("connections_max_idle_ms", |a, b| {
+            a.connections_max_idle_ms == b.connections_max_idle_ms
+        }),
+        ("frame_read_timeout_ms", |a, b| {
+            a.frame_read_timeout_ms == b.frame_read_timeout_ms
+        }),
+        ("descriptor_reserve", |a, b| {
+            a.descriptor_reserve == b.descriptor_reserve
+        }),
+        ("discovery.draft_tags", |a, b| a.draft_tags == b.draft_tags),
+        ("features", |a, b| {
+            a.supported == b.supported
+                && a.bootstrap == b.bootstrap
+                && a.dependencies == b.dependencies
+                && a.kshim_owned == b.kshim_owned
+        }),
+        ("upstream", |a, b| upstream_rest(a) == upstream_rest(b)),
+        ("upstream.sasl", |a, b| {
+            a.upstream.as_ref().map(|u| &u.sasl) == b.upstream.as_ref().map(|u| &u.sasl)
+        }),
+        ("upstream.tls (turning it on or off)", |a, b| {
+            a.upstream.as_ref().is_some_and(|u| u.tls.is_some())
+                == b.upstream.as_ref().is_some_and(|u| u.tls.is_some())
+        }),
+        ("tls (turning it on or off)", |a, b| {
+            a.tls.is_some() == b.tls.is_some()
+        }),
+        ("admin (turning it on or off)", |a, b| {
+            a.admin.is_some() == b.admin.is_some()
+        }),
+        ("admin.listen", |a, b| {
+            a.admin.as_ref().map(|x| &x.listen) == b.admin.as_ref().map(|x| &x.listen)
+        }),
+        ("admin.max_body_bytes", |a, b| {
+            a.admin.as_ref().map(|x| x.max_body_bytes) == b.admin.as_ref().map(|x| x.max_body_bytes)
+        }),
+        ("admin.tls (turning it on or off)", |a, b| {
+            a.admin.as_ref().is_some_and(|x| x.tls.is_some())
+                == b.admin.as_ref().is_some_and(|x| x.tls.is_some())
+        }),
+        ("config_providers", |a, b| {
+            a.file_allowed_paths == b.file_allowed_paths
+        }),
+    ]
+}
+
+/// The restart-only settings that differ between two configs.
 fn differences(from: &RestartView, to: &RestartView) -> Vec<String> {
-    from.iter()
-        .filter(|(k, v)| to.get(*k) != Some(*v))
-        .map(|(k, _)| (*k).to_owned())
+    restart_checks()
+        .into_iter()
+        .filter(|(_, same)| !same(&from.0, &to.0))
+        .map(|(name, _)| name.to_owned())
         .collect()
 }
 
@@ -618,4 +637,32 @@ fn attribute(messages: &[String]) -> KeyErrors {
         out.entry(key).or_default().push(text);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(password: &str, max_connections: u32) -> RestartView {
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\nmax_connections = {max_connections}\n\
+             [upstream]\nbootstrap = [\"127.0.0.1:9092\"]\n\
+             [upstream.sasl]\nmechanism = \"PLAIN\"\nusername = \"kshim\"\npassword = \"{password}\"\n"
+        );
+        restart_view(&Config::from_toml(&text).unwrap())
+    }
+
+    #[test]
+    fn a_changed_secret_is_a_restart_only_change() {
+        let running = config("first", 100);
+        assert!(differences(&running, &config("first", 100)).is_empty());
+        assert_eq!(
+            differences(&running, &config("second", 100)),
+            ["upstream.sasl"]
+        );
+        assert_eq!(
+            differences(&running, &config("second", 200)),
+            ["max_connections", "upstream.sasl"]
+        );
+    }
 }

@@ -314,9 +314,10 @@ fn reply_to(
                 Ok(pending) => pending?,
                 Err(e) => return ready(Reply::Close(e.to_string()), Outcome::Forwarded),
             };
-            let (api, version, after) = (fw.api, fw.version, fw.after);
+            let (api, version, after, hold) = (fw.api, fw.version, fw.after, fw.hold);
             Some(Box::pin(async move {
                 let reply = forwarded(pending, &upstream, api, version, after).await;
+                drop(hold);
                 (reply, Outcome::Forwarded)
             }))
         }

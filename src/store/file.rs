@@ -34,7 +34,11 @@ struct StateDocument {
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MirrorDocument {
+    /// The upstream's epoch of this view: the epoch rule compares against it
+    /// after a restart too.
     epoch: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cluster_id: Option<String>,
     supported: BTreeMap<String, SupportedDocument>,
     features: BTreeMap<String, LevelRange>,
 }
@@ -143,6 +147,7 @@ impl FeatureStore for FileStore {
                         epoch: m.epoch,
                         levels: levels_from(m.features).map_err(damaged)?,
                     },
+                    cluster_id: m.cluster_id,
                 })
             }
         };
@@ -164,6 +169,7 @@ impl FeatureStore for FileStore {
             features: level_documents(&state.finalized.levels),
             upstream: state.mirror.as_ref().map(|m| MirrorDocument {
                 epoch: m.finalized.epoch,
+                cluster_id: m.cluster_id.clone(),
                 supported: m
                     .supported
                     .iter()
@@ -251,6 +257,7 @@ mod tests {
                 epoch: 1234,
                 levels: [("metadata.version".to_owned(), 27)].into(),
             },
+            cluster_id: Some("MkU3OEVBNTcwNTJENDM2Qg".to_owned()),
         });
         store.save(&s).unwrap();
         assert_eq!(store.load().unwrap(), Some(s));

@@ -60,7 +60,8 @@ pub struct ClusterView {
 pub struct UpstreamFeatures {
     /// Features every live broker advertises, with the range all of them support.
     pub supported: SupportedFeatures,
-    /// The finalized levels of the broker with the newest epoch.
+    /// The finalized levels of the broker with the newest epoch (epoch -1 when
+    /// none reports one).
     pub finalized: FinalizedFeatures,
     /// Per live broker, what it supports (for the supporters check).
     pub per_broker: BTreeMap<i32, SupportedFeatures>,
@@ -128,7 +129,12 @@ impl ClusterView {
             .values()
             .filter(|b| b.features.epoch >= 0)
             .max_by_key(|b| b.features.epoch);
-        let finalized = newest.map_or_else(FinalizedFeatures::default, |b| FinalizedFeatures {
+        // No broker reporting an epoch is a view older than any that did.
+        let unreported = || FinalizedFeatures {
+            epoch: -1,
+            levels: Default::default(),
+        };
+        let finalized = newest.map_or_else(unreported, |b| FinalizedFeatures {
             epoch: b.features.epoch,
             levels: b
                 .features

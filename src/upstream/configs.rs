@@ -236,14 +236,19 @@ pub async fn topic_defaults(
     Ok(defaults)
 }
 
-/// Every topic's dynamic value and every live broker's effective value of
+/// Every topic's dynamic value and every listed broker's effective value of
 /// `keys` (broker spelling; topics are asked for the topic spelling): what an
 /// upgrade audit checks. A topic value that only repeats a broker value is left
 /// out, as that value is audited at its broker.
+///
+/// An audit that cannot see must not pass: a listed broker that does not
+/// answer within the link's connect timeout (or before `deadline`) is an error
+/// naming it, whether or not it answered the last refresh.
 pub async fn audit_configs(
     view: &ClusterView,
     link: &LinkSettings,
-    keys: &[&str],
+    keys: &[String],
+    deadline: std::time::Instant,
 ) -> Result<Vec<ReportedConfig>, UpstreamError> {
     let version = describe_version(view).ok_or_else(|| {
         protocol(
@@ -251,42 +256,25 @@ pub async fn audit_configs(
             "the brokers serve no DescribeConfigs v1-v4".into(),
         )
     })?;
-    let live: Vec<(i32, String)> = view
-        .brokers
-        .iter()
-        .filter(|(id, _)| view.live.contains_key(id))
-        .map(|(id, b)| (*id, b.address()))
-        .collect();
-    if live.is_empty() {
+    if view.brokers.is_empty() {
         return Err(UpstreamError::Unreachable {
             targets: "the upstream".into(),
-            reason: "no live broker is known".into(),
+            reason: "no broker is known".into(),
         });
     }
     let mut reported = Vec::new();
-    let broker_keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
     // A broker's static configs are known to that broker alone.
-    for (id, address) in &live {
-        let mut client = control_connection(std::slice::from_ref(address), link).await?;
-        let described = describe(
-            &mut client,
-            version,
-            &[(RESOURCE_BROKER, id.to_string())],
-            &broker_keys,
-        )
-        .await?;
-        for entry in described.into_iter().flat_map(|(_, e)| e) {
-            if let Some(value) = entry.value {
-                reported.push(ReportedConfig {
-                    resource: ConfigResource::Broker(id.to_string()),
-                    key: entry.name,
-                    value,
-                    source: source_name(entry.source),
-                });
-            }
-        }
+    for (&id, broker) in &view.brokers {
+        reported
+            .extend(broker_configs(id, &broker.address(), version, keys, link, deadline).await?);
     }
-    let mut client = control_connection(&[live[0].1.clone()], link).await?;
+    let live: Vec<String> = view
+        .brokers
+        .iter()
+        .filter(|(id, _)| view.live.contains_key(id))
+        .map(|(_, b)| b.address())
+        .collect();
+    let mut client = control_connection(&live, link).await?;
     let topics = topic_names(&mut client, view).await?;
     let topic_keys: Vec<String> = keys
         .iter()
@@ -306,6 +294,64 @@ pub async fn audit_configs(
         }
     }
     Ok(reported)
+}
+
+/// Broker `id`'s effective values of `keys`, asked of that broker itself,
+/// within the link's connect timeout and `deadline`.
+pub async fn broker_configs(
+    id: i32,
+    address: &str,
+    version: i16,
+    keys: &[String],
+    link: &LinkSettings,
+    deadline: std::time::Instant,
+) -> Result<Vec<ReportedConfig>, UpstreamError> {
+    let limit = link
+        .connect_timeout
+        .min(deadline.saturating_duration_since(std::time::Instant::now()));
+    let ask = async {
+        let mut client = control_connection(&[address.to_owned()], link).await?;
+        describe(
+            &mut client,
+            version,
+            &[(RESOURCE_BROKER, id.to_string())],
+            keys,
+        )
+        .await
+    };
+    let described = match tokio::time::timeout(limit, ask).await {
+        Ok(Ok(described)) => described,
+        Ok(Err(e)) => {
+            return Err(UpstreamError::Protocol {
+                target: format!("broker {id} ({address})"),
+                reason: format!("its configs could not be read: {e}"),
+            })
+        }
+        Err(_) => {
+            return Err(UpstreamError::Protocol {
+                target: format!("broker {id} ({address})"),
+                reason: format!("its configs could not be read: no answer within {limit:?}"),
+            })
+        }
+    };
+    Ok(described
+        .into_iter()
+        .flat_map(|(_, e)| e)
+        .filter_map(|entry| {
+            Some(ReportedConfig {
+                resource: ConfigResource::Broker(id.to_string()),
+                key: entry.name,
+                value: entry.value?,
+                source: source_name(entry.source),
+            })
+        })
+        .collect())
+}
+
+/// The DescribeConfigs version for the brokers of `view`, if they serve one
+/// kshim reads.
+pub fn audit_version(view: &ClusterView) -> Option<i16> {
+    describe_version(view)
 }
 
 /// The names of every topic, internal ones included.
