@@ -174,9 +174,13 @@ async fn proxy(received: Arc<Mutex<Received>>) -> RunningProxy {
     let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream_addr = upstream.local_addr().unwrap().to_string();
     tokio::spawn(fake_broker(upstream, received));
-    // kshim owns metadata.version here (the fake broker advertises no
-    // features), finalized at its supported max, so the validator is in force.
-    start_proxy(upstream_addr, 60_000, |c| c.policies = policies()).await
+    // The fake broker finalizes no features, so kshim claims metadata.version
+    // (finalized at its supported max) to put the validator in force.
+    start_proxy(upstream_addr, 60_000, |c| {
+        c.policies = policies();
+        c.kshim_owned = vec!["metadata.version".into()];
+    })
+    .await
 }
 
 /// Sends `request` at `version` and decodes the answer.

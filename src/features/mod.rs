@@ -163,7 +163,9 @@ impl fmt::Display for Conflict {
 
 /// Every finalized level of a feature `owned` says is kshim's that some
 /// supporter cannot run. An upstream broker bounds only the features it
-/// advertises.
+/// advertises, except Apache Kafka's own: a broker leaves out every feature
+/// whose highest version it supports is 0, so not listing one of those means
+/// it runs level 0 only.
 pub fn range_conflicts(
     finalized: &FinalizedFeatures,
     owned: &dyn Fn(&str) -> bool,
@@ -175,7 +177,7 @@ pub fn range_conflicts(
             let range = s.features.get(name).copied();
             let excluded = match range {
                 Some(r) => !r.contains(level),
-                None => !s.only_listed,
+                None => !s.only_listed || kafka::is_kafka_feature(name),
             };
             if excluded {
                 found.push(Conflict {

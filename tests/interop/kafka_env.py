@@ -230,11 +230,14 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def api_versions(bootstrap: str, timeout: float = 5.0) -> ApiVersionsInfo:
-    """Send ApiVersions v3 and decode the response, including the feature tags 0-2."""
+def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3) -> ApiVersionsInfo:
+    """Send ApiVersions v3 (or v4: the same layout, but supported features whose min is 0 are
+    listed too) and decode the response, including the feature tags 0-2."""
+    if version not in (3, 4):
+        raise ValueError("api_versions speaks ApiVersions v3 and v4 only")
     host, port = split_hostport(bootstrap)
     client_id = b"kshim-interop"
-    header = struct.pack(">hhih", 18, 3, 1, len(client_id)) + client_id + b"\x00"
+    header = struct.pack(">hhih", 18, version, 1, len(client_id)) + client_id + b"\x00"
     body = bytes([len(b"kshim-interop") + 1]) + b"kshim-interop" + bytes([2]) + b"0" + b"\x00"
     frame = header + body
     with socket.create_connection((host, port), timeout=timeout) as sock:

@@ -13,6 +13,9 @@ Once the broker accepts a client's authentication, kshim knows the client's prin
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import socket
 import struct
 import subprocess
@@ -138,6 +141,62 @@ password = "not-the-password"
     info = kafka_env.api_versions(proc.bootstrap)
     assert set(info.api_keys) == {18, 57}, "nothing discovered, so only kshim's own APIs"
     assert "SASL/PLAIN authentication as admin failed" in proc.log_path.read_text()
+
+
+def test_sighup_with_a_changed_sasl_password_is_reported_as_restart_only(kshim_factory, sasl_broker):
+    """kshim's own credentials ([upstream.sasl]) are read at startup: a SIGHUP after the
+    password in the file changed warns that the change needs a restart, naming an upstream
+    key. Neither password is logged."""
+    rotated = "rotated-" + "secret"
+    proc = kshim_factory(
+        f"""
+[upstream]
+bootstrap = "{sasl_broker.bootstrap}"
+refresh_interval_ms = 500
+[upstream.listeners]
+port_base = 0
+[upstream.sasl]
+mechanism = "PLAIN"
+username = "admin"
+password = "admin-secret"
+""",
+        rust_log="info",
+    )
+    assert wait_until_true(lambda: 0 in kafka_env.api_versions(proc.bootstrap).api_keys, 30), "nothing discovered"
+    text = proc.config_path.read_text()
+    assert text.count('password = "admin-secret"') == 1, text
+    proc.config_path.write_text(text.replace('password = "admin-secret"', f'password = "{rotated}"'))
+    mark = len(proc.log_text())
+    os.kill(proc.pid, signal.SIGHUP)
+
+    def after() -> list[str]:
+        return [line for line in proc.log_text()[mark:].splitlines() if "SIGHUP" in line]
+
+    assert wait_until_true(lambda: any("reloaded" in line for line in after()), 15), (
+        f"kshim did not reload on SIGHUP: {after()}\n{kafka_env.tail(proc.log_path)}")
+    wait_until_true(lambda: any("need a restart" in line for line in after()), 2)
+    lines = after()
+    warnings = [line for line in lines if "SIGHUP: these changes need a restart and were not applied" in line]
+    assert len(warnings) == 1, f"no restart warning after the SIGHUP: {lines}"
+    keys = re.search(r"keys=\[(.*?)\]", warnings[0])
+    named = re.findall(r'"([^"]+)"', keys.group(1)) if keys else []
+    assert any(k.startswith("upstream") for k in named), f"the warning names no upstream key: {warnings[0]}"
+    assert proc.alive()
+    log = proc.log_text()
+    assert "admin-secret" not in log and rotated not in log, "a password is in kshim's log"
+
+
+def wait_until_true(check, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return True
+        except (OSError, kafka_env.EnvError):
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
 
 
 def update_as(bootstrap: str, mechanism: str, user: str, password: str, level: int) -> dict:

@@ -105,6 +105,8 @@ async fn run(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<(Bytes, bool), 
             }
         }
     } else {
+        // Security-relevant, so logged above the other client-caused refusals.
+        tracing::info!(principal = %peer.principal, peer = %peer.addr, "UpdateFeatures refused: no ALTER on CLUSTER");
         Outcome::Decided(Err(UpdateRejection::new(
             Reason::NotAuthorized,
             format!("Request from {} needs ALTER permission.", peer.principal),
@@ -119,6 +121,7 @@ async fn run(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<(Bytes, bool), 
         Outcome::Decided(Err(rejection)) => {
             let code = error_code(rejection.reason);
             match rejection.reason.blame() {
+                Blame::Client if rejection.reason == Reason::NotAuthorized => {}
                 Blame::Client => {
                     tracing::debug!(principal = %peer.principal, peer = %peer.addr, code, "UpdateFeatures refused: {}", rejection.message)
                 }

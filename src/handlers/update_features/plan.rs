@@ -100,11 +100,14 @@ pub fn decide(request: &Request, facts: &Facts<'_>) -> Plan {
         Ok(p) => p,
         Err(rejection) => return Plan::Answer(Err(rejection)),
     };
-    for (name, &level) in &planned.changes {
-        if level <= facts.finalized.level(name) {
+    // Anything but a lowering (a repeat of the current level included) waits
+    // until the conflict is resolved.
+    for u in &request.updates {
+        let (name, level) = (u.name.as_str(), u.level);
+        if level == 0 || level < facts.finalized.level(name) {
             continue;
         }
-        if let Some(conflict) = facts.conflicts.iter().find(|c| c.feature == *name) {
+        if let Some(conflict) = facts.conflicts.iter().find(|c| c.feature == name) {
             let mut refusal = invalid_update(
                 name,
                 level,
@@ -390,6 +393,11 @@ mod tests {
             w.decide(&[("acme.plain", 0, DOWN)], false),
             Plan::Apply { .. }
         ));
+        // Repeating the current level is not a way around it.
+        assert_eq!(
+            refusal(w.decide(&[("acme.plain", 1, UP)], false)).reason,
+            Reason::Incompatible
+        );
         assert!(matches!(
             w.decide(&[("acme.audit", 1, UP)], false),
             Plan::Answer(Ok(()))
