@@ -5,13 +5,12 @@
 //! POLICY_VIOLATION or INVALID_CONFIG and never reaches the upstream; the others go
 //! on in one request, ValidateOnly included.
 
-use super::checked::{self, at_every_level, check_changes, Change};
+use super::checked::{self, at_every_level, check_changes, Change, Refusal};
 use super::{decode_request, Action, HandlerError};
 use crate::features::FinalizedFeatures;
 use crate::policy::ConfigResource;
 use crate::policy::Policies;
 use crate::protocol::config_requests::{alter_configs, ALTER_CONFIGS_VERSIONS};
-use crate::protocol::error_codes;
 use bytes::Bytes;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::ApiKey;
@@ -49,7 +48,7 @@ fn check(
     level_of: &dyn Fn(&str) -> i16,
     target: &ConfigResource,
     res: &AlterConfigsResource,
-) -> Result<(), (i16, String)> {
+) -> Result<(), Refusal> {
     let set: BTreeMap<String, String> = res
         .configs
         .iter()
@@ -65,10 +64,7 @@ fn check(
             .create_topic
             .validate_replacement(&set)
             .map_err(|v| {
-                (
-                    error_codes::POLICY_VIOLATION,
-                    format!("{target} violates the create-topic policy: {v}"),
-                )
+                Refusal::Policy(format!("{target} violates the create-topic policy: {v}"))
             })?;
     }
     check_changes(

@@ -113,8 +113,34 @@ pub(super) enum Change<'a> {
     Remove(&'a str),
 }
 
-/// Why kshim refuses a change to a config resource: the error code and message.
-pub(super) type Refusal = (i16, String);
+/// Why kshim refuses one item of a checked request (a topic, a config
+/// resource). Every refusal here is the client's doing; `code` is the one
+/// mapping to Kafka's error codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// The request itself is malformed (a topic named twice).
+    InvalidRequest(String),
+    /// The create-topic policy refuses it.
+    Policy(String),
+    /// A config validator in force refuses a value.
+    Validator(String),
+}
+
+impl Refusal {
+    pub(super) fn code(&self) -> i16 {
+        match self {
+            Refusal::InvalidRequest(_) => error_codes::INVALID_REQUEST,
+            Refusal::Policy(_) => error_codes::POLICY_VIOLATION,
+            Refusal::Validator(_) => error_codes::INVALID_CONFIG,
+        }
+    }
+
+    pub(super) fn message(&self) -> &str {
+        match self {
+            Refusal::InvalidRequest(m) | Refusal::Policy(m) | Refusal::Validator(m) => m,
+        }
+    }
+}
 
 /// The config resource a request names, if it is one kshim checks.
 pub(super) fn resource(resource_type: i8, name: &str) -> Option<ConfigResource> {
@@ -139,12 +165,7 @@ pub(super) fn check_changes<'a>(
 ) -> Result<(), Refusal> {
     let is_topic = matches!(resource, ConfigResource::Topic(_));
     let policy = |r: Result<(), crate::policy::PolicyViolation>| {
-        r.map_err(|v| {
-            (
-                error_codes::POLICY_VIOLATION,
-                format!("{resource} violates the create-topic policy: {v}"),
-            )
-        })
+        r.map_err(|v| Refusal::Policy(format!("{resource} violates the create-topic policy: {v}")))
     };
     for change in changes {
         match change {
@@ -156,13 +177,10 @@ pub(super) fn check_changes<'a>(
                     .validators
                     .check(key, value, level_of)
                     .map_err(|v| {
-                        (
-                            error_codes::INVALID_CONFIG,
-                            format!(
-                                "Invalid config for {resource}: {v}; the cluster is at {} level {}",
-                                v.feature, v.checked_at
-                            ),
-                        )
+                        Refusal::Validator(format!(
+                            "Invalid config for {resource}: {v}; the cluster is at {} level {}",
+                            v.feature, v.checked_at
+                        ))
                     })?;
             }
             Change::Remove(key) => {
@@ -197,7 +215,8 @@ pub(super) fn judge_resources<R>(
                 resource_type,
                 name: name.as_str().to_owned(),
             }),
-            Some((code, message)) => {
+            Some(refusal) => {
+                let message = refusal.message();
                 tracing::debug!(resource = name.as_str(), "{api:?}: refused: {message}");
                 // AlterConfigs and IncrementalAlterConfigs share the result layout:
                 // classic in AlterConfigs v0-v1 and IncrementalAlterConfigs v0,
@@ -208,8 +227,8 @@ pub(super) fn judge_resources<R>(
                     (_, v) => v,
                 };
                 let entry = AlterConfigsResourceResponse::default()
-                    .with_error_code(code)
-                    .with_error_message(Some(StrBytes::from_string(message)))
+                    .with_error_code(refusal.code())
+                    .with_error_message(Some(StrBytes::from_string(message.to_owned())))
                     .with_resource_type(resource_type)
                     .with_resource_name(name.clone());
                 Slot::Ours(encode_body(api, layout, &entry)?.to_vec())

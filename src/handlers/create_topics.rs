@@ -3,13 +3,12 @@
 //! the config validators in force (INVALID_CONFIG). Refused topics never reach the
 //! upstream; the others go on in one request, ValidateOnly included.
 
-use super::checked::{self, at_every_level};
+use super::checked::{self, at_every_level, Refusal};
 use super::{decode_request, Action, HandlerError};
 use crate::features::FinalizedFeatures;
 use crate::policy::Policies;
 use crate::policy::TopicDetails;
 use crate::protocol::config_requests::{create_topics, CREATE_TOPICS_VERSIONS};
-use crate::protocol::error_codes;
 use crate::protocol::response::encode_body;
 use crate::protocol::results::{ResultKey, Slot};
 use crate::upstream::configs::TopicDefaults;
@@ -48,10 +47,7 @@ pub fn handle(
             if !answered_duplicates.insert(name) {
                 continue;
             }
-            Some((
-                error_codes::INVALID_REQUEST,
-                "Duplicate topic name.".to_owned(),
-            ))
+            Some(Refusal::InvalidRequest("Duplicate topic name.".to_owned()))
         } else {
             at_every_level(level_sets, |level_of| {
                 check(policies, level_of, topic, defaults)
@@ -62,9 +58,9 @@ pub fn handle(
                 accepted[i] = true;
                 slots.push(Slot::Theirs(ResultKey::Topic(name.to_owned())));
             }
-            Some((code, message)) => {
-                tracing::debug!(topic = name, "CreateTopics: refused: {message}");
-                slots.push(Slot::Ours(refused_entry(topic, code, message, version)?));
+            Some(refusal) => {
+                tracing::debug!(topic = name, "CreateTopics: refused: {}", refusal.message());
+                slots.push(Slot::Ours(refused_entry(topic, &refusal, version)?));
             }
         }
     }
@@ -77,7 +73,7 @@ fn check(
     level_of: &dyn Fn(&str) -> i16,
     topic: &CreatableTopic,
     defaults: TopicDefaults,
-) -> Option<(i16, String)> {
+) -> Option<Refusal> {
     let name = topic.name.0.as_str();
     // The protocol's own check: counts and assignments exclude each other. The
     // broker refuses such a topic with its own message; the policy is not asked.
@@ -88,10 +84,9 @@ fn check(
     }
     let details = details(topic, defaults);
     if let Err(v) = policies.create_topic.validate(&details) {
-        return Some((
-            error_codes::POLICY_VIOLATION,
-            format!("Topic '{name}' violates the create-topic policy: {v}"),
-        ));
+        return Some(Refusal::Policy(format!(
+            "Topic '{name}' violates the create-topic policy: {v}"
+        )));
     }
     for c in &topic.configs {
         if let Some(value) = &c.value {
@@ -99,13 +94,10 @@ fn check(
                 .validators
                 .check(c.name.as_str(), value.as_str(), level_of)
             {
-                return Some((
-                    error_codes::INVALID_CONFIG,
-                    format!(
-                        "Invalid config for topic '{name}': {v}; the cluster is at {} level {}",
-                        v.feature, v.checked_at
-                    ),
-                ));
+                return Some(Refusal::Validator(format!(
+                    "Invalid config for topic '{name}': {v}; the cluster is at {} level {}",
+                    v.feature, v.checked_at
+                )));
             }
         }
     }
@@ -167,14 +159,13 @@ fn details(topic: &CreatableTopic, defaults: TopicDefaults) -> TopicDetails {
 
 fn refused_entry(
     topic: &CreatableTopic,
-    code: i16,
-    message: String,
+    refusal: &Refusal,
     version: i16,
 ) -> Result<Vec<u8>, HandlerError> {
     let entry = CreatableTopicResult::default()
         .with_name(topic.name.clone())
-        .with_error_code(code)
-        .with_error_message(Some(StrBytes::from_string(message)))
+        .with_error_code(refusal.code())
+        .with_error_message(Some(StrBytes::from_string(refusal.message().to_owned())))
         .with_num_partitions(-1)
         .with_replication_factor(-1)
         .with_configs(None);

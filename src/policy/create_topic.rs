@@ -68,10 +68,16 @@ pub trait CreateTopicPolicy: Send + Sync + std::fmt::Debug {
     fn is_permissive(&self) -> bool {
         false
     }
+
+    /// The declared policy behind this one, when it is one: a reload compares
+    /// declared policies by value. A library's own policy has none.
+    fn declared(&self) -> Option<&DeclaredTopicPolicy> {
+        None
+    }
 }
 
 /// A config rule of the declared policy, kept with the key it came from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TopicConfigRule {
     pub key: String,
     pub rule: ValueRule,
@@ -79,7 +85,7 @@ pub struct TopicConfigRule {
 
 /// `[policy.create_topic]`. Every limit that is set applies; the first one a topic
 /// breaks is reported, in the order of the fields below.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeclaredTopicPolicy {
     pub min_partitions: Option<i32>,
     pub max_partitions: Option<i32>,
@@ -182,6 +188,10 @@ fn violation(reason: String) -> PolicyViolation {
 }
 
 impl CreateTopicPolicy for DeclaredTopicPolicy {
+    fn declared(&self) -> Option<&DeclaredTopicPolicy> {
+        Some(self)
+    }
+
     fn validate(&self, topic: &TopicDetails) -> Result<(), PolicyViolation> {
         let name = &topic.name;
         if !self.allowed_names.is_empty() && !self.allowed_names.iter().any(|p| p.matches(name)) {

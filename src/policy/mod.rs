@@ -169,6 +169,31 @@ mod tests {
     use super::rule::{Bound, ValueRule};
     use super::*;
 
+    /// A library's policy: refuses every topic.
+    #[derive(Debug)]
+    struct NoTopics;
+
+    impl CreateTopicPolicy for NoTopics {
+        fn validate(&self, _topic: &TopicDetails) -> Result<(), PolicyViolation> {
+            Err(PolicyViolation("no topics here".into()))
+        }
+    }
+
+    #[test]
+    fn an_installed_policy_survives_a_reload_and_the_rest_follows_the_config() {
+        let cell = PolicyCell::new(Policies::default());
+        cell.install_create_topic(Arc::new(NoTopics));
+        assert!(cell.load().create_topic.declared().is_none());
+        cell.replace(Policies {
+            exempt_principals: vec!["User:ops".into()],
+            ..Policies::default()
+        });
+        let now = cell.load();
+        assert!(now.create_topic.declared().is_none(), "the library's policy stays");
+        assert_eq!(now.exempt_principals, ["User:ops"]);
+        assert!(cell.has_installed_policy());
+    }
+
     #[test]
     fn the_seed_audit_names_the_topic_and_the_broker() {
         let validators = ConfigValidators::new(vec![ConfigValidator {

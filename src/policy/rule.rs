@@ -59,6 +59,13 @@ pub struct WholeMatch {
     regex: Regex,
 }
 
+/// Two patterns are the same when they were written the same.
+impl PartialEq for WholeMatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
 impl WholeMatch {
     pub fn new(source: &str) -> Result<WholeMatch, regex::Error> {
         Ok(WholeMatch {
@@ -73,7 +80,7 @@ impl WholeMatch {
 }
 
 /// What a value must satisfy. Every part that is set applies.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ValueRule {
     pub min: Option<Bound>,
     pub max: Option<Bound>,

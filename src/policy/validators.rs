@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// One declared validator.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConfigValidator {
     /// The key as declared.
     pub key: String,
@@ -60,7 +60,7 @@ impl fmt::Display for ValidatorViolation {
 }
 
 /// All declared validators, indexed for lookup by key.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConfigValidators {
     /// Broker spelling of the key → feature → level → validator.
     by_key: BTreeMap<String, BTreeMap<String, BTreeMap<i16, ConfigValidator>>>,

@@ -150,14 +150,11 @@ impl Reconfigurable for PolicyComponent {
         // The policies were parsed and checked with the config.
         let policies = next.policies.clone();
         let current = self.cell.load();
-        // The declared rules have no secrets and no `==` of their own (a rule
-        // may hold a compiled pattern): compared by their full description.
-        // An installed library policy stays whatever the file declares.
-        let declared =
-            |p: &crate::policy::Policies| format!("{:?} {:?}", p.validators, p.exempt_principals);
-        let changed = declared(&policies) != declared(&current)
+        // An installed library policy stays, whatever the file declares.
+        let changed = policies.validators != current.validators
+            || policies.exempt_principals != current.exempt_principals
             || (!self.cell.has_installed_policy()
-                && format!("{:?}", policies.create_topic) != format!("{:?}", current.create_topic));
+                && policies.create_topic.declared() != current.create_topic.declared());
         let cell = Arc::clone(&self.cell);
         Ok(Prepared::new(changed, move || cell.replace(policies)))
     }
