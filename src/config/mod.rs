@@ -165,9 +165,45 @@ impl Default for Config {
     }
 }
 
+/// One problem in a config: the key path it is about ("upstream.sasl",
+/// "policy.validators[2].min"; "config" for the document as a whole) and what
+/// is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The key without an array index: the key a change is reported under.
+    pub fn top_key(&self) -> &str {
+        self.key.split('[').next().unwrap_or(&self.key)
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
 /// Every problem found in a config, listed together.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors(pub Vec<String>);
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// Each problem as "key: message".
+    pub fn messages(&self) -> Vec<String> {
+        self.0.iter().map(ToString::to_string).collect()
+    }
+}
 
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -186,7 +222,7 @@ struct Walker<'a, 'e> {
     path: String,
     table: &'a toml::Table,
     seen: HashSet<&'a str>,
-    errors: &'e mut Vec<String>,
+    errors: &'e mut Vec<ConfigError>,
 }
 
 impl<'a> Walker<'a, '_> {
@@ -208,10 +244,9 @@ impl<'a> Walker<'a, '_> {
         match self.get(k)? {
             toml::Value::String(s) => Some(s.clone()),
             other => {
-                self.errors.push(format!(
-                    "{}: expected a string, found {}",
+                self.errors.push(ConfigError::new(
                     self.key(k),
-                    other.type_str()
+                    format!("expected a string, found {}", other.type_str()),
                 ));
                 None
             }
@@ -222,10 +257,9 @@ impl<'a> Walker<'a, '_> {
         match self.get(k)? {
             toml::Value::Boolean(b) => Some(*b),
             other => {
-                self.errors.push(format!(
-                    "{}: expected true or false, found {}",
+                self.errors.push(ConfigError::new(
                     self.key(k),
-                    other.type_str()
+                    format!("expected true or false, found {}", other.type_str()),
                 ));
                 None
             }
@@ -238,15 +272,17 @@ impl<'a> Walker<'a, '_> {
             toml::Value::Integer(i) => match T::try_from(*i) {
                 Ok(v) => Some(v),
                 Err(_) => {
-                    self.errors
-                        .push(format!("{full}: {i} is out of range ({range})"));
+                    self.errors.push(ConfigError::new(
+                        format!("{full}"),
+                        format!("{i} is out of range ({range})"),
+                    ));
                     None
                 }
             },
             other => {
-                self.errors.push(format!(
-                    "{full}: expected an integer, found {}",
-                    other.type_str()
+                self.errors.push(ConfigError::new(
+                    format!("{full}"),
+                    format!("expected an integer, found {}", other.type_str()),
                 ));
                 None
             }
@@ -257,10 +293,9 @@ impl<'a> Walker<'a, '_> {
         match self.get(k)? {
             toml::Value::Table(t) => Some(t),
             other => {
-                self.errors.push(format!(
-                    "{}: expected a table, found {}",
+                self.errors.push(ConfigError::new(
                     self.key(k),
-                    other.type_str()
+                    format!("expected a table, found {}", other.type_str()),
                 ));
                 None
             }
@@ -280,8 +315,10 @@ impl<'a> Walker<'a, '_> {
         }) {
             Some(list) => list,
             None => {
-                self.errors
-                    .push(format!("{full}: expected a list of strings"));
+                self.errors.push(ConfigError::new(
+                    format!("{full}"),
+                    format!("expected a list of strings"),
+                ));
                 Vec::new()
             }
         }
@@ -290,7 +327,8 @@ impl<'a> Walker<'a, '_> {
     fn finish(self) {
         for k in self.table.keys() {
             if !self.seen.contains(k.as_str()) {
-                self.errors.push(format!("{}: unknown key", self.key(k)));
+                self.errors
+                    .push(ConfigError::new(self.key(k), "unknown key"));
             }
         }
     }
@@ -299,7 +337,7 @@ impl<'a> Walker<'a, '_> {
 fn walker<'a, 'e>(
     path: &str,
     table: &'a toml::Table,
-    errors: &'e mut Vec<String>,
+    errors: &'e mut Vec<ConfigError>,
 ) -> Walker<'a, 'e> {
     Walker {
         path: path.to_owned(),
@@ -309,22 +347,22 @@ fn walker<'a, 'e>(
     }
 }
 
-fn level(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<i16> {
+fn level(v: &toml::Value, key: &str, errors: &mut Vec<ConfigError>) -> Option<i16> {
     match v {
         toml::Value::Integer(i) => match i16::try_from(*i) {
             Ok(l) if l >= 0 => Some(l),
             _ => {
-                errors.push(format!(
-                    "{key}: level {i} must be between 0 and {}",
-                    i16::MAX
+                errors.push(ConfigError::new(
+                    format!("{key}"),
+                    format!("level {i} must be between 0 and {}", i16::MAX),
                 ));
                 None
             }
         },
         other => {
-            errors.push(format!(
-                "{key}: expected an integer level, found {}",
-                other.type_str()
+            errors.push(ConfigError::new(
+                format!("{key}"),
+                format!("expected an integer level, found {}", other.type_str()),
             ));
             None
         }
@@ -334,30 +372,39 @@ fn level(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<i16> {
 /// `max_connections_per_ip_overrides`: IP address = count (0 refuses the address).
 fn per_ip_overrides(
     t: &toml::Table,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<ConfigError>,
 ) -> BTreeMap<std::net::IpAddr, usize> {
     let mut out = BTreeMap::new();
     for (addr, count) in t {
         let key = format!("max_connections_per_ip_overrides.\"{addr}\"");
         let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
-            errors.push(format!("{key}: the key must be an IP address"));
+            errors.push(ConfigError::new(
+                format!("{key}"),
+                format!("the key must be an IP address"),
+            ));
             continue;
         };
         match count.as_integer().map(usize::try_from) {
             Some(Ok(n)) => {
                 out.insert(ip, n);
             }
-            _ => errors.push(format!("{key}: expected a count of connections")),
+            _ => errors.push(ConfigError::new(
+                format!("{key}"),
+                format!("expected a count of connections"),
+            )),
         }
     }
     out
 }
 
 /// `HOST:PORT` with a numeric port.
-fn check_host_port(key: &str, value: &str, errors: &mut Vec<String>) {
+fn check_host_port(key: &str, value: &str, errors: &mut Vec<ConfigError>) {
     match value.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-        _ => errors.push(format!("{key}: \"{value}\" is not HOST:PORT")),
+        _ => errors.push(ConfigError::new(
+            format!("{key}"),
+            format!("\"{value}\" is not HOST:PORT"),
+        )),
     }
 }
 
@@ -456,9 +503,16 @@ impl Config {
             if let Some(t) = authorization {
                 let mut w = walker("authorization", t, &mut errors);
                 if let Some(v) = w.get("alter_cluster") {
-                    match v.as_array().map(|a| a.iter().map(|p| p.as_str().map(str::to_owned)).collect::<Option<HashSet<_>>>()) {
+                    match v.as_array().map(|a| {
+                        a.iter()
+                            .map(|p| p.as_str().map(str::to_owned))
+                            .collect::<Option<HashSet<_>>>()
+                    }) {
                         Some(Some(set)) => c.alter_cluster = Some(set),
-                        _ => w.errors.push("authorization.alter_cluster: expected a list of principals such as \"User:alice\"".into()),
+                        _ => w.errors.push(ConfigError::new(
+                            "authorization.alter_cluster",
+                            "expected a list of principals such as \"User:alice\"",
+                        )),
                     }
                 }
                 w.finish();
@@ -474,11 +528,11 @@ impl Config {
     }
 
     /// Checks across keys; run after command-line overrides.
-    pub fn validate(&self, errors: &mut Vec<String>) {
+    pub fn validate(&self, errors: &mut Vec<ConfigError>) {
         self.check(errors, true);
     }
 
-    fn check(&self, errors: &mut Vec<String>, complete: bool) {
+    fn check(&self, errors: &mut Vec<ConfigError>, complete: bool) {
         check_host_port("listen", &self.listen, errors);
         if let Some(a) = &self.advertised_listener {
             check_host_port("advertised_listener", a, errors);
@@ -486,60 +540,93 @@ impl Config {
         if let Some(admin) = &self.admin {
             check_host_port("admin.listen", &admin.listen, errors);
             if admin.listen == self.listen && !admin.listen.ends_with(":0") {
-                errors.push(format!(
-                    "admin.listen: {} is the Kafka listener's address too",
-                    admin.listen
+                errors.push(ConfigError::new(
+                    "admin.listen",
+                    format!("{} is the Kafka listener's address too", admin.listen),
                 ));
             }
         }
         if self.node_id < 0 {
-            errors.push(format!("node_id: {} must not be negative", self.node_id));
+            errors.push(ConfigError::new(
+                "node_id",
+                format!("{} must not be negative", self.node_id),
+            ));
         }
         if self.max_frame_bytes < 64 {
-            errors.push(format!(
-                "max_frame_bytes: {} is too small for any Kafka request",
-                self.max_frame_bytes
+            errors.push(ConfigError::new(
+                "max_frame_bytes",
+                format!(
+                    "{} is too small for any Kafka request",
+                    self.max_frame_bytes
+                ),
             ));
         }
         if self.max_connections == 0 {
-            errors.push("max_connections: must be at least 1".into());
+            errors.push(ConfigError::new("max_connections", "must be at least 1"));
         }
         if self.max_connections_per_ip == 0 {
-            errors.push("max_connections_per_ip: must be at least 1".into());
+            errors.push(ConfigError::new(
+                "max_connections_per_ip",
+                "must be at least 1",
+            ));
         }
         if self.connections_max_idle_ms == 0 {
-            errors.push("connections_max_idle_ms: must be at least 1".into());
+            errors.push(ConfigError::new(
+                "connections_max_idle_ms",
+                "must be at least 1",
+            ));
         }
         if self.frame_read_timeout_ms == 0 {
-            errors.push("frame_read_timeout_ms: must be at least 1".into());
+            errors.push(ConfigError::new(
+                "frame_read_timeout_ms",
+                "must be at least 1",
+            ));
         }
         if let Some(alter) = &self.alter_cluster {
             for p in alter {
                 if !p.contains(':') {
-                    errors.push(format!("authorization.alter_cluster: \"{p}\" is not TYPE:NAME (for example User:alice)"));
+                    errors.push(ConfigError::new(
+                        "authorization.alter_cluster",
+                        format!("\"{p}\" is not TYPE:NAME (for example User:alice)"),
+                    ));
                 }
             }
         }
         if let Some(u) = &self.upstream {
             if complete && u.bootstrap.is_empty() {
-                errors.push("upstream.bootstrap: give at least one HOST:PORT".into());
+                errors.push(ConfigError::new(
+                    "upstream.bootstrap",
+                    "give at least one HOST:PORT",
+                ));
             }
             for b in &u.bootstrap {
                 check_host_port("upstream.bootstrap", b, errors);
             }
             if u.refresh_interval_ms == 0 {
-                errors.push("upstream.refresh_interval_ms: must be at least 1".into());
+                errors.push(ConfigError::new(
+                    "upstream.refresh_interval_ms",
+                    "must be at least 1",
+                ));
             }
             if u.connect_timeout_ms == 0 {
-                errors.push("upstream.connect_timeout_ms: must be at least 1".into());
+                errors.push(ConfigError::new(
+                    "upstream.connect_timeout_ms",
+                    "must be at least 1",
+                ));
             }
             if u.max_brokers == 0 {
-                errors.push("upstream.max_brokers: must be at least 1".into());
+                errors.push(ConfigError::new(
+                    "upstream.max_brokers",
+                    "must be at least 1",
+                ));
             }
             if u.max_response_bytes < 1024 {
-                errors.push(format!(
-                    "upstream.max_response_bytes: {} is too small for any Kafka response",
-                    u.max_response_bytes
+                errors.push(ConfigError::new(
+                    "upstream.max_response_bytes",
+                    format!(
+                        "{} is too small for any Kafka response",
+                        u.max_response_bytes
+                    ),
                 ));
             }
             let mut taken: BTreeMap<u16, i32> = BTreeMap::new();
@@ -547,13 +634,15 @@ impl Config {
             for (&node, &port) in &u.ports {
                 if port != 0 {
                     if let Some(other) = taken.insert(port, node) {
-                        errors.push(format!(
-                            "upstream.listeners.ports: nodes {other} and {node} both have port {port}"
+                        errors.push(ConfigError::new(
+                            "upstream.listeners.ports",
+                            format!("nodes {other} and {node} both have port {port}"),
                         ));
                     }
                     if let Some((key, _)) = configured.iter().find(|(_, p)| *p == port) {
-                        errors.push(format!(
-                            "upstream.listeners.ports.\"{node}\": port {port} is {key}'s port"
+                        errors.push(ConfigError::new(
+                            format!("upstream.listeners.ports.\"{node}\""),
+                            format!("port {port} is {key}'s port"),
                         ));
                     }
                 }
@@ -561,17 +650,17 @@ impl Config {
         }
         for p in &self.kshim_owned {
             if p.is_empty() || p == "*" {
-                errors.push(format!(
-                    "features.ownership.kshim_owned: \"{p}\" would claim every feature; name features or prefixes such as \"acme.*\""
-                ));
+                errors.push(ConfigError::new("features.ownership.kshim_owned", format!("\"{p}\" would claim every feature; name features or prefixes such as \"acme.*\""
+                )));
             }
         }
         let supported = self.supported_features();
         for (f, _, req) in self.dependencies.iter() {
             for name in [f, req.feature.as_str()] {
                 if !supported.contains_key(name) {
-                    errors.push(format!(
-                        "features.dependencies.\"{f}\": {name} is not a supported feature"
+                    errors.push(ConfigError::new(
+                        format!("features.dependencies.\"{f}\""),
+                        format!("{name} is not a supported feature"),
                     ));
                 }
             }
@@ -617,7 +706,7 @@ impl Config {
 }
 
 /// A list of strings, or one comma-separated string.
-fn string_list(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<Vec<String>> {
+fn string_list(v: &toml::Value, key: &str, errors: &mut Vec<ConfigError>) -> Option<Vec<String>> {
     match v {
         toml::Value::String(s) => Some(
             s.split(',')
@@ -632,21 +721,27 @@ fn string_list(v: &toml::Value, key: &str, errors: &mut Vec<String>) -> Option<V
                 .map(|i| i.as_str().map(str::to_owned))
                 .collect();
             if out.is_none() {
-                errors.push(format!("{key}: expected a list of strings"));
+                errors.push(ConfigError::new(
+                    format!("{key}"),
+                    format!("expected a list of strings"),
+                ));
             }
             out
         }
         other => {
-            errors.push(format!(
-                "{key}: expected a string or a list of strings, found {}",
-                other.type_str()
+            errors.push(ConfigError::new(
+                format!("{key}"),
+                format!(
+                    "expected a string or a list of strings, found {}",
+                    other.type_str()
+                ),
             ));
             None
         }
     }
 }
 
-fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
+fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<ConfigError>) {
     let mut w = walker("features", t, errors);
     let supported = w.table("supported");
     let bootstrap = w.table("bootstrap");
@@ -669,7 +764,10 @@ fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
         for (name, v) in t {
             let key = format!("features.supported.\"{name}\"");
             let Some(range) = v.as_table() else {
-                errors.push(format!("{key}: expected {{ min = A, max = B }}"));
+                errors.push(ConfigError::new(
+                    format!("{key}"),
+                    format!("expected {{ min = A, max = B }}"),
+                ));
                 continue;
             };
             let mut w = walker(&key, range, errors);
@@ -684,13 +782,17 @@ fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
                 (Some(min), Some(max)) if min <= max => {
                     out.insert(name.clone(), SupportedRange::new(min, max));
                 }
-                (Some(min), Some(max)) => {
-                    errors.push(format!("{key}: min {min} is above max {max}"))
-                }
+                (Some(min), Some(max)) => errors.push(ConfigError::new(
+                    format!("{key}"),
+                    format!("min {min} is above max {max}"),
+                )),
                 (None, _) | (_, None)
                     if !range.contains_key("min") || !range.contains_key("max") =>
                 {
-                    errors.push(format!("{key}: both min and max are required"))
+                    errors.push(ConfigError::new(
+                        format!("{key}"),
+                        format!("both min and max are required"),
+                    ))
                 }
                 _ => {}
             }
@@ -711,16 +813,18 @@ fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
         for (name, v) in t {
             let key = format!("features.dependencies.\"{name}\"");
             let Some(rules) = v.as_array() else {
-                errors.push(format!(
-                    "{key}: expected a list of {{ level = L, requires = {{ \"feature\" = M }} }}"
+                errors.push(ConfigError::new(
+                    format!("{key}"),
+                    format!("expected a list of {{ level = L, requires = {{ \"feature\" = M }} }}"),
                 ));
                 continue;
             };
             for (i, rule) in rules.iter().enumerate() {
                 let key = format!("{key}[{i}]");
                 let Some(rule) = rule.as_table() else {
-                    errors.push(format!(
-                        "{key}: expected {{ level = L, requires = {{ ... }} }}"
+                    errors.push(ConfigError::new(
+                        format!("{key}"),
+                        format!("expected {{ level = L, requires = {{ ... }} }}"),
                     ));
                     continue;
                 };
@@ -731,7 +835,10 @@ fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<String>) {
                 let requires = w.table("requires");
                 w.finish();
                 let (Some(from), Some(requires)) = (from, requires) else {
-                    errors.push(format!("{key}: both level and requires are required"));
+                    errors.push(ConfigError::new(
+                        format!("{key}"),
+                        format!("both level and requires are required"),
+                    ));
                     continue;
                 };
                 for (dep, min) in requires {
@@ -879,7 +986,7 @@ max_brokers = 0
 "#,
         )
         .unwrap_err()
-        .0
+        .messages()
         .join("\n");
         for expected in [
             "max_connections_per_ip: must be at least 1",

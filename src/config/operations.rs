@@ -1,6 +1,7 @@
 //! The tables an operator runs kshim with: `[admin]` (the admin HTTP API),
 //! `[log]` and `[config_providers]`.
 
+use super::ConfigError;
 use super::{tls, walker, Secret};
 use crate::tls::ListenerTls;
 use std::path::PathBuf;
@@ -40,7 +41,7 @@ impl Default for AdminConfig {
     }
 }
 
-pub(super) fn parse_admin(t: &toml::Table, errors: &mut Vec<String>) -> AdminConfig {
+pub(super) fn parse_admin(t: &toml::Table, errors: &mut Vec<ConfigError>) -> AdminConfig {
     let mut a = AdminConfig::default();
     let mut w = walker("admin", t, errors);
     if let Some(v) = w.string("listen") {
@@ -62,32 +63,36 @@ pub(super) fn parse_admin(t: &toml::Table, errors: &mut Vec<String>) -> AdminCon
         a.tls = tls::parse_listener_tls("admin.tls", t, errors);
     }
     if a.token.as_ref().is_some_and(|t| t.expose().is_empty()) {
-        errors.push("admin.token: must not be empty".into());
+        errors.push(ConfigError::new("admin.token", "must not be empty"));
     }
     for p in a.principals.iter().flatten() {
         if !p.contains(':') {
-            errors.push(format!(
-                "admin.principals: \"{p}\" is not TYPE:NAME (for example User:ops)"
+            errors.push(ConfigError::new(
+                "admin.principals",
+                format!("\"{p}\" is not TYPE:NAME (for example User:ops)"),
             ));
         }
     }
     if a.max_body_bytes < 1024 {
-        errors.push(format!(
-            "admin.max_body_bytes: {} is too small (at least 1024)",
-            a.max_body_bytes
+        errors.push(ConfigError::new(
+            "admin.max_body_bytes",
+            format!("{} is too small (at least 1024)", a.max_body_bytes),
         ));
     }
     a
 }
 
 /// `[log] level`: a filter in `RUST_LOG` syntax, such as `info,kshim::upstream=debug`.
-pub(super) fn parse_log(t: &toml::Table, errors: &mut Vec<String>) -> Option<String> {
+pub(super) fn parse_log(t: &toml::Table, errors: &mut Vec<ConfigError>) -> Option<String> {
     let mut w = walker("log", t, errors);
     let level = w.string("level");
     w.finish();
     if let Some(l) = &level {
         if let Err(e) = check_log_filter(l) {
-            errors.push(format!("log.level: \"{l}\" is not a log filter: {e}"));
+            errors.push(ConfigError::new(
+                "log.level",
+                format!("\"{l}\" is not a log filter: {e}"),
+            ));
         }
     }
     level
@@ -103,7 +108,7 @@ pub fn check_log_filter(filter: &str) -> Result<(), String> {
 
 /// `[config_providers] file_allowed_paths`: the directories `${file:...}`
 /// placeholders may read from.
-pub(super) fn parse_providers(t: &toml::Table, errors: &mut Vec<String>) -> Vec<PathBuf> {
+pub(super) fn parse_providers(t: &toml::Table, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
     let mut w = walker("config_providers", t, errors);
     let paths: Vec<PathBuf> = w
         .strings("file_allowed_paths")
@@ -113,9 +118,9 @@ pub(super) fn parse_providers(t: &toml::Table, errors: &mut Vec<String>) -> Vec<
     w.finish();
     for p in &paths {
         if !p.is_absolute() {
-            errors.push(format!(
-                "config_providers.file_allowed_paths: \"{}\" is not an absolute path",
-                p.display()
+            errors.push(ConfigError::new(
+                "config_providers.file_allowed_paths",
+                format!("\"{}\" is not an absolute path", p.display()),
             ));
         }
     }

@@ -12,6 +12,7 @@
 //! Resolved values are secrets: `Scrubber` replaces them with their placeholder
 //! in every message that could reach a log line or an HTTP answer.
 
+use super::ConfigError;
 use std::path::{Component, Path, PathBuf};
 
 /// What placeholders may read.
@@ -67,7 +68,7 @@ pub fn resolve_document(
     doc: &mut toml::Table,
     providers: &Providers,
     scrubber: &mut Scrubber,
-) -> Result<(), Vec<String>> {
+) -> Result<(), Vec<ConfigError>> {
     let mut errors = Vec::new();
     for (key, value) in doc.iter_mut() {
         resolve_value(key, value, providers, scrubber, &mut errors);
@@ -84,13 +85,13 @@ fn resolve_value(
     value: &mut toml::Value,
     providers: &Providers,
     scrubber: &mut Scrubber,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<ConfigError>,
 ) {
     match value {
         toml::Value::String(s) => match resolve_string(s, providers, scrubber) {
             Ok(Some(resolved)) => *s = resolved,
             Ok(None) => {}
-            Err(e) => errors.push(format!("{path}: {e}")),
+            Err(e) => errors.push(ConfigError::new(format!("{path}"), format!("{e}"))),
         },
         toml::Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {

@@ -1,13 +1,14 @@
 //! `[policy]`: the create-topic policy and the feature-level config validators.
 //! Every problem is reported, as for the rest of the config.
 
+use super::ConfigError;
 use super::{walker, Walker};
 use crate::policy::create_topic::TopicConfigRule;
 use crate::policy::rule::{Bound, ValueRule, WholeMatch};
 use crate::policy::{ConfigValidator, ConfigValidators, DeclaredTopicPolicy, Policies};
 use std::sync::Arc;
 
-pub(super) fn parse_policy(t: &toml::Table, errors: &mut Vec<String>) -> Policies {
+pub(super) fn parse_policy(t: &toml::Table, errors: &mut Vec<ConfigError>) -> Policies {
     let mut w = walker("policy", t, errors);
     let create_topic = w.table("create_topic");
     let validators = w.get("validators");
@@ -16,8 +17,9 @@ pub(super) fn parse_policy(t: &toml::Table, errors: &mut Vec<String>) -> Policie
     let mut policies = Policies::default();
     for p in &exempt {
         if !p.contains(':') {
-            errors.push(format!(
-                "policy.exempt_principals: \"{p}\" is not TYPE:NAME (for example User:admin)"
+            errors.push(ConfigError::new(
+                "policy.exempt_principals",
+                format!("\"{p}\" is not TYPE:NAME (for example User:admin)"),
             ));
         }
     }
@@ -31,7 +33,7 @@ pub(super) fn parse_policy(t: &toml::Table, errors: &mut Vec<String>) -> Policie
     policies
 }
 
-fn parse_create_topic(t: &toml::Table, errors: &mut Vec<String>) -> DeclaredTopicPolicy {
+fn parse_create_topic(t: &toml::Table, errors: &mut Vec<ConfigError>) -> DeclaredTopicPolicy {
     let mut w = walker("policy.create_topic", t, errors);
     let mut p = DeclaredTopicPolicy::permissive();
     p.min_partitions = w.int("min_partitions", "1 to 2147483647");
@@ -56,22 +58,25 @@ fn parse_create_topic(t: &toml::Table, errors: &mut Vec<String>) -> DeclaredTopi
         ),
     ] {
         if let Some(m) = min.or(max).filter(|&m| m < 1) {
-            errors.push(format!(
-                "policy.create_topic: a {what} limit of {m} is below 1"
+            errors.push(ConfigError::new(
+                "policy.create_topic",
+                format!("a {what} limit of {m} is below 1"),
             ));
         }
         if let (Some(a), Some(b)) = (min, max) {
             if a > b {
-                errors.push(format!(
-                    "policy.create_topic: min_{what} {a} is above max_{what} {b}"
+                errors.push(ConfigError::new(
+                    "policy.create_topic",
+                    format!("min_{what} {a} is above max_{what} {b}"),
                 ));
             }
         }
     }
     for key in &p.required_configs {
         if p.forbidden_configs.contains(key) {
-            errors.push(format!(
-                "policy.create_topic: {key} is both required and forbidden"
+            errors.push(ConfigError::new(
+                "policy.create_topic",
+                format!("{key} is both required and forbidden"),
             ));
         }
     }
@@ -79,8 +84,9 @@ fn parse_create_topic(t: &toml::Table, errors: &mut Vec<String>) -> DeclaredTopi
         for (key, v) in configs {
             let path = format!("policy.create_topic.configs.\"{key}\"");
             let Some(table) = v.as_table() else {
-                errors.push(format!(
-                    "{path}: expected a table such as {{ min = 1, max = 10 }}"
+                errors.push(ConfigError::new(
+                    format!("{path}"),
+                    format!("expected a table such as {{ min = 1, max = 10 }}"),
                 ));
                 continue;
             };
@@ -98,18 +104,22 @@ fn parse_create_topic(t: &toml::Table, errors: &mut Vec<String>) -> DeclaredTopi
     p
 }
 
-fn parse_validators(v: &toml::Value, errors: &mut Vec<String>) -> ConfigValidators {
+fn parse_validators(v: &toml::Value, errors: &mut Vec<ConfigError>) -> ConfigValidators {
     let Some(entries) = v.as_array() else {
-        errors.push(
-            "policy.validators: expected an array of tables ([[policy.validators]] entries)".into(),
-        );
+        errors.push(ConfigError::new(
+            "policy.validators",
+            "expected an array of tables ([[policy.validators]] entries)",
+        ));
         return ConfigValidators::default();
     };
     let mut validators = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let path = format!("policy.validators[{i}]");
         let Some(table) = entry.as_table() else {
-            errors.push(format!("{path}: expected a table"));
+            errors.push(ConfigError::new(
+                format!("{path}"),
+                format!("expected a table"),
+            ));
             continue;
         };
         let mut w = walker(&path, table, errors);
@@ -119,22 +129,31 @@ fn parse_validators(v: &toml::Value, errors: &mut Vec<String>) -> ConfigValidato
         let rule = value_rule(&mut w);
         for (name, given) in [("key", key.is_some()), ("feature", feature.is_some())] {
             if !given && !table.contains_key(name) {
-                w.errors.push(format!("{path}.{name}: missing"));
+                w.errors.push(ConfigError::new(
+                    format!("{path}.{name}"),
+                    format!("missing"),
+                ));
             }
         }
         if level.is_none() && !table.contains_key("level") {
-            w.errors.push(format!(
-                "{path}.level: missing (the feature level it takes effect from)"
+            w.errors.push(ConfigError::new(
+                format!("{path}.level"),
+                format!("missing (the feature level it takes effect from)"),
             ));
         }
         if let Some(l) = level.filter(|&l| l < 0) {
-            w.errors
-                .push(format!("{path}.level: {l} must not be negative"));
+            w.errors.push(ConfigError::new(
+                format!("{path}.level"),
+                format!("{l} must not be negative"),
+            ));
         }
         w.finish();
         if let (Some(key), Some(feature), Some(level), Some(rule)) = (key, feature, level, rule) {
             if key.is_empty() || feature.is_empty() {
-                errors.push(format!("{path}: key and feature must not be empty"));
+                errors.push(ConfigError::new(
+                    format!("{path}"),
+                    format!("key and feature must not be empty"),
+                ));
                 continue;
             }
             validators.push(ConfigValidator {
@@ -148,7 +167,10 @@ fn parse_validators(v: &toml::Value, errors: &mut Vec<String>) -> ConfigValidato
     match ConfigValidators::new(validators) {
         Ok(v) => v,
         Err(e) => {
-            errors.extend(e);
+            errors.extend(
+                e.into_iter()
+                    .map(|m| ConfigError::new("policy.validators", m)),
+            );
             ConfigValidators::default()
         }
     }
@@ -166,7 +188,10 @@ fn value_rule(w: &mut Walker<'_, '_>) -> Option<ValueRule> {
         let list = w.strings("allowed");
         if list.is_empty() {
             let k = w.key("allowed");
-            w.errors.push(format!("{k}: give at least one value"));
+            w.errors.push(ConfigError::new(
+                format!("{k}"),
+                format!("give at least one value"),
+            ));
         }
         rule.allowed = Some(list);
     }
@@ -175,7 +200,10 @@ fn value_rule(w: &mut Walker<'_, '_>) -> Option<ValueRule> {
             Ok(m) => rule.pattern = Some(m),
             Err(e) => {
                 let k = w.key("pattern");
-                w.errors.push(format!("{k}: invalid pattern: {e}"));
+                w.errors.push(ConfigError::new(
+                    format!("{k}"),
+                    format!("invalid pattern: {e}"),
+                ));
             }
         }
     }
@@ -186,14 +214,17 @@ fn value_rule(w: &mut Walker<'_, '_>) -> Option<ValueRule> {
         };
         if above {
             let k = w.key("min");
-            w.errors.push(format!("{k}: {min} is above max {max}"));
+            w.errors.push(ConfigError::new(
+                format!("{k}"),
+                format!("{min} is above max {max}"),
+            ));
         }
     }
     if rule.is_empty() && w.errors.len() == before {
         let k = w.key("");
-        w.errors.push(format!(
-            "{}: give at least one of min, max, allowed, pattern",
-            k.trim_end_matches('.')
+        w.errors.push(ConfigError::new(
+            k.trim_end_matches('.'),
+            "give at least one of min, max, allowed, pattern",
         ));
     }
     (w.errors.len() == before).then_some(rule)
@@ -212,9 +243,9 @@ fn bound(w: &mut Walker<'_, '_>, k: &'static str) -> Option<Bound> {
         toml::Value::Integer(i) => Some(Bound::Int(*i)),
         toml::Value::Float(f) if f.is_finite() => Some(Bound::Float(*f)),
         other => {
-            w.errors.push(format!(
-                "{full}: expected a number, found {}",
-                other.type_str()
+            w.errors.push(ConfigError::new(
+                format!("{full}"),
+                format!("expected a number, found {}", other.type_str()),
             ));
             None
         }
@@ -228,8 +259,10 @@ fn patterns(w: &mut Walker<'_, '_>, k: &'static str) -> Vec<WholeMatch> {
         .filter_map(|p| match WholeMatch::new(p) {
             Ok(m) => Some(m),
             Err(e) => {
-                w.errors
-                    .push(format!("{full}: invalid pattern \"{p}\": {e}"));
+                w.errors.push(ConfigError::new(
+                    format!("{full}"),
+                    format!("invalid pattern \"{p}\": {e}"),
+                ));
                 None
             }
         })
@@ -269,7 +302,7 @@ mod tests {
             "#,
         )
         .unwrap_err()
-        .0;
+        .messages();
         let all = errors.join("\n");
         for expected in [
             "policy.create_topic.max_partitions: expected an integer",

@@ -4,7 +4,7 @@
 //! `Config` that kshim runs with.
 
 use super::placeholders::{self, Providers, Scrubber};
-use super::{operations, Config, ConfigErrors, UpstreamConfig};
+use super::{operations, Config, ConfigError, ConfigErrors, UpstreamConfig};
 use std::path::PathBuf;
 
 /// The flags of `kshim serve` that override the file.
@@ -59,7 +59,7 @@ pub struct ConfigSource {
 /// A TOML document, or the one error that says why it is not one.
 pub fn parse_document(text: &str) -> Result<toml::Table, ConfigErrors> {
     text.parse()
-        .map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))
+        .map_err(|e: toml::de::Error| ConfigErrors(vec![ConfigError::new("config", e.to_string())]))
 }
 
 impl ConfigSource {
@@ -68,12 +68,18 @@ impl ConfigSource {
         let Some(path) = &self.file else {
             return Ok(toml::Table::new());
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigErrors(vec![format!("reading {}: {e}", path.display())]))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError::new(
+                "config",
+                format!("reading {}: {e}", path.display()),
+            )])
+        })?;
         parse_document(&text).map_err(|e| {
             ConfigErrors(
                 e.0.into_iter()
-                    .map(|m| format!("{}: {m}", path.display()))
+                    .map(|m| {
+                        ConfigError::new("config", format!("{}: {}", path.display(), m.message))
+                    })
                     .collect(),
             )
         })
@@ -115,8 +121,13 @@ fn allowed_paths(doc: &toml::Table) -> Vec<PathBuf> {
     }
 }
 
-fn scrubbed(scrubber: &Scrubber, errors: Vec<String>) -> ConfigErrors {
-    ConfigErrors(errors.iter().map(|e| scrubber.scrub(e)).collect())
+fn scrubbed(scrubber: &Scrubber, errors: Vec<ConfigError>) -> ConfigErrors {
+    ConfigErrors(
+        errors
+            .into_iter()
+            .map(|e| ConfigError::new(e.key, scrubber.scrub(&e.message)))
+            .collect(),
+    )
 }
 
 fn hide_literal_secrets(config: &Config, scrubber: &mut Scrubber) {

@@ -3,6 +3,7 @@
 //! combinations are checked here; the files are read and checked when the
 //! material is built (`crate::tls`).
 
+use super::ConfigError;
 use super::{walker, Secret, Walker};
 use crate::tls::principal::PrincipalRules;
 use crate::tls::{
@@ -42,7 +43,7 @@ pub const UPSTREAM_KEYS: [&str; 10] = [
 pub(super) fn parse_listener_tls(
     section: &str,
     t: &toml::Table,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<ConfigError>,
 ) -> Option<ListenerTls> {
     let mut w = walker(section, t, errors);
     let identity = identity(&mut w);
@@ -53,15 +54,17 @@ pub(super) fn parse_listener_tls(
     w.finish();
     if let Some(rules) = &principal_mapping_rules {
         if let Err(e) = PrincipalRules::parse(rules) {
-            errors.push(format!("{section}.principal_mapping_rules: {e}"));
+            errors.push(ConfigError::new(
+                format!("{section}.principal_mapping_rules"),
+                format!("{e}"),
+            ));
         }
     }
     let identity = match identity {
         Ok(Some(id)) => Some(id),
         Ok(None) => {
-            errors.push(format!(
-                "{section}: give certificate and key (PEM files), or keystore and keystore_password (PKCS#12)"
-            ));
+            errors.push(ConfigError::new(format!("{section}"), format!("give certificate and key (PEM files), or keystore and keystore_password (PKCS#12)"
+            )));
             None
         }
         Err(e) => {
@@ -75,8 +78,9 @@ pub(super) fn parse_listener_tls(
         Some("requested") => ClientAuth::Requested,
         Some("required") => ClientAuth::Required,
         Some(other) => {
-            errors.push(format!(
-                "{section}.client_auth: \"{other}\" is not one of none, requested, required"
+            errors.push(ConfigError::new(
+                format!("{section}.client_auth"),
+                format!("\"{other}\" is not one of none, requested, required"),
             ));
             ClientAuth::None
         }
@@ -86,9 +90,8 @@ pub(super) fn parse_listener_tls(
         && !t.contains_key("ca")
         && !t.contains_key("truststore")
     {
-        errors.push(format!(
-            "{section}.ca: needed when client_auth is requested or required (the CA bundle for client certificates; or truststore)"
-        ));
+        errors.push(ConfigError::new(format!("{section}.ca"), format!("needed when client_auth is requested or required (the CA bundle for client certificates; or truststore)"
+        )));
     }
     Some(ListenerTls {
         identity: identity?,
@@ -102,7 +105,7 @@ pub(super) fn parse_listener_tls(
 pub(super) fn parse_upstream_tls(
     section: &str,
     t: &toml::Table,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<ConfigError>,
 ) -> Option<UpstreamTls> {
     let mut w = walker(section, t, errors);
     let identity = identity(&mut w);
@@ -114,9 +117,8 @@ pub(super) fn parse_upstream_tls(
     let trust = match trust {
         Ok(Some(trust)) => trust,
         Ok(None) => {
-            errors.push(format!(
-                "{section}.ca: give the CA certificates the brokers' certificates chain to (ca, a PEM bundle; or truststore, PKCS#12)"
-            ));
+            errors.push(ConfigError::new(format!("{section}.ca"), format!("give the CA certificates the brokers' certificates chain to (ca, a PEM bundle; or truststore, PKCS#12)"
+            )));
             return None;
         }
         Err(e) => {
@@ -133,7 +135,7 @@ pub(super) fn parse_upstream_tls(
 }
 
 /// certificate + key, or keystore + keystore_password, or neither.
-fn identity(w: &mut Walker<'_, '_>) -> Result<Option<Identity>, Vec<String>> {
+fn identity(w: &mut Walker<'_, '_>) -> Result<Option<Identity>, Vec<ConfigError>> {
     let certificate = w.string("certificate");
     let key = w.string("key");
     let keystore = w.string("keystore");
@@ -151,28 +153,32 @@ fn identity(w: &mut Walker<'_, '_>) -> Result<Option<Identity>, Vec<String>> {
                 password: Secret::new(password),
             }),
             None => {
-                errors.push(format!(
-                    "{section}.keystore_password: missing (the password of {keystore})"
+                errors.push(ConfigError::new(
+                    format!("{section}.keystore_password"),
+                    format!("missing (the password of {keystore})"),
                 ));
                 None
             }
         },
         (None, None, None) => None,
         (Some(_), None, None) => {
-            errors.push(format!(
-                "{section}.key: missing (the PEM private key of certificate)"
+            errors.push(ConfigError::new(
+                format!("{section}.key"),
+                format!("missing (the PEM private key of certificate)"),
             ));
             None
         }
         (None, Some(_), None) => {
-            errors.push(format!(
-                "{section}.certificate: missing (the PEM certificate chain of key)"
+            errors.push(ConfigError::new(
+                format!("{section}.certificate"),
+                format!("missing (the PEM certificate chain of key)"),
             ));
             None
         }
         (_, _, Some(_)) => {
-            errors.push(format!(
-                "{section}.keystore: give either certificate and key, or keystore, not both"
+            errors.push(ConfigError::new(
+                format!("{section}.keystore"),
+                format!("give either certificate and key, or keystore, not both"),
             ));
             None
         }
@@ -185,7 +191,7 @@ fn identity(w: &mut Walker<'_, '_>) -> Result<Option<Identity>, Vec<String>> {
 }
 
 /// ca, or truststore (+ truststore_password), or neither.
-fn trust(w: &mut Walker<'_, '_>) -> Result<Option<Trust>, Vec<String>> {
+fn trust(w: &mut Walker<'_, '_>) -> Result<Option<Trust>, Vec<ConfigError>> {
     let ca = w.string("ca");
     let truststore = w.string("truststore");
     let password = w.string("truststore_password");
@@ -197,8 +203,9 @@ fn trust(w: &mut Walker<'_, '_>) -> Result<Option<Trust>, Vec<String>> {
             password: Secret::new(password.unwrap_or_default()),
         })),
         (None, None) => Ok(None),
-        (Some(_), Some(_)) => Err(vec![format!(
-            "{section}.truststore: give either ca or truststore, not both"
+        (Some(_), Some(_)) => Err(vec![ConfigError::new(
+            format!("{section}.truststore"),
+            "give either ca or truststore, not both",
         )]),
     }
 }
@@ -210,9 +217,9 @@ fn protocols(w: &mut Walker<'_, '_>) -> Option<Protocols> {
     let mut ok = true;
     for p in &versions {
         if !PROTOCOLS.contains(&p.as_str()) {
-            w.errors.push(format!(
-                "{section}.protocols: \"{p}\" is not supported; use {}",
-                PROTOCOLS.join(" or ")
+            w.errors.push(ConfigError::new(
+                format!("{section}.protocols"),
+                format!("\"{p}\" is not supported; use {}", PROTOCOLS.join(" or ")),
             ));
             ok = false;
         }
@@ -220,9 +227,9 @@ fn protocols(w: &mut Walker<'_, '_>) -> Option<Protocols> {
     let known = cipher_suite_names();
     for c in &cipher_suites {
         if !known.contains(c) {
-            w.errors.push(format!(
-                "{section}.cipher_suites: \"{c}\" is not known; known: {}",
-                known.join(", ")
+            w.errors.push(ConfigError::new(
+                format!("{section}.cipher_suites"),
+                format!("\"{c}\" is not known; known: {}", known.join(", ")),
             ));
             ok = false;
         }
@@ -238,7 +245,7 @@ mod tests {
     use crate::config::Config;
 
     fn errors_of(text: &str) -> String {
-        Config::from_toml(text).unwrap_err().0.join("\n")
+        Config::from_toml(text).unwrap_err().messages().join("\n")
     }
 
     #[test]
@@ -283,7 +290,7 @@ mod tests {
                 let text = format!("{extra}[{section}]\n{key} = \"x\"\n");
                 let errors = Config::from_toml(&text)
                     .err()
-                    .map(|e| e.0.join("\n"))
+                    .map(|e| e.messages().join("\n"))
                     .unwrap_or_default();
                 let unknown = errors.contains(&format!("{section}.{key}: unknown key"));
                 assert_eq!(unknown, *key == "wat", "{section}.{key}:\n{errors}");

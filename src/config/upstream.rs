@@ -1,9 +1,10 @@
 //! `[upstream]`: the cluster kshim stands in front of, its per-broker listeners,
 //! and the credentials and TLS of kshim's own connections to it.
 
+use super::ConfigError;
 use super::{string_list, tls, walker, UpstreamConfig};
 
-pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> UpstreamConfig {
+pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> UpstreamConfig {
     let mut u = UpstreamConfig::default();
     let mut w = walker("upstream", t, errors);
     if let Some(v) = w.get("bootstrap") {
@@ -40,15 +41,21 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> Upstr
         let password = w.string("password");
         w.finish();
         if mechanism != "PLAIN" {
-            errors.push(format!(
-                "upstream.sasl.mechanism: \"{mechanism}\" is not supported for kshim's own connections (only PLAIN)"
+            errors.push(ConfigError::new(
+                "upstream.sasl.mechanism",
+                format!(
+                    "\"{mechanism}\" is not supported for kshim's own connections (only PLAIN)"
+                ),
             ));
         }
         match (username, password) {
             (Some(username), Some(password)) => {
                 u.sasl = Some(crate::client::SaslPlain { username, password })
             }
-            _ => errors.push("upstream.sasl: both username and password are required".into()),
+            _ => errors.push(ConfigError::new(
+                "upstream.sasl",
+                "both username and password are required",
+            )),
         }
     }
     if let Some(t) = listeners {
@@ -61,14 +68,20 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<String>) -> Upstr
         for (node, port) in ports.into_iter().flatten() {
             let key = format!("upstream.listeners.ports.\"{node}\"");
             let Ok(node_id) = node.parse::<i32>() else {
-                errors.push(format!("{key}: the key must be a node id"));
+                errors.push(ConfigError::new(
+                    format!("{key}"),
+                    format!("the key must be a node id"),
+                ));
                 continue;
             };
             match port.as_integer().map(u16::try_from) {
                 Some(Ok(p)) => {
                     u.ports.insert(node_id, p);
                 }
-                _ => errors.push(format!("{key}: expected a port (0 to 65535)")),
+                _ => errors.push(ConfigError::new(
+                    format!("{key}"),
+                    format!("expected a port (0 to 65535)"),
+                )),
             }
         }
     }

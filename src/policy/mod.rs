@@ -189,7 +189,10 @@ mod tests {
             ..Policies::default()
         });
         let now = cell.load();
-        assert!(now.create_topic.declared().is_none(), "the library's policy stays");
+        assert!(
+            now.create_topic.declared().is_none(),
+            "the library's policy stays"
+        );
         assert_eq!(now.exempt_principals, ["User:ops"]);
         assert!(cell.has_installed_policy());
     }

@@ -80,7 +80,7 @@ impl ConfigValidators {
                 .or_default();
             if let Some(old) = levels.get(&v.level) {
                 errors.push(format!(
-                    "policy.validators: {} and {} are both registered for {} at level {}",
+                    "{} and {} are both registered for {} at level {}",
                     old.key, v.key, v.feature, v.level
                 ));
                 continue;

@@ -119,14 +119,17 @@ pub fn to_toml(value: &Value) -> Result<Option<toml::Value>, String> {
 
 /// The config document with `overrides` put in: broader keys first, so that a
 /// narrower key refines what a broader one set. Errors name the key.
-pub fn merge(doc: &toml::Table, overrides: &Overrides) -> Result<toml::Table, Vec<String>> {
+pub fn merge(
+    doc: &toml::Table,
+    overrides: &Overrides,
+) -> Result<toml::Table, Vec<crate::config::ConfigError>> {
     let mut out = doc.clone();
     let mut errors = Vec::new();
     let mut ordered: Vec<(KeyPath, &String, &Value)> = Vec::new();
     for (key, value) in overrides {
         match KeyPath::parse(key) {
             Ok(path) => ordered.push((path, key, value)),
-            Err(e) => errors.push(format!("{key}: {e}")),
+            Err(e) => errors.push(crate::config::ConfigError::new(key.as_str(), e.to_string())),
         }
     }
     ordered.sort_by(|a, b| {
@@ -140,12 +143,12 @@ pub fn merge(doc: &toml::Table, overrides: &Overrides) -> Result<toml::Table, Ve
             Ok(Some(v)) => v,
             Ok(None) => continue,
             Err(e) => {
-                errors.push(format!("{key}: {e}"));
+                errors.push(crate::config::ConfigError::new(key.as_str(), e.to_string()));
                 continue;
             }
         };
         if let Err(e) = set(&mut out, &path.segments, value) {
-            errors.push(format!("{key}: {e}"));
+            errors.push(crate::config::ConfigError::new(key.as_str(), e.to_string()));
         }
     }
     if errors.is_empty() {
@@ -253,7 +256,9 @@ mod tests {
         assert_eq!(merged["log"]["level"].as_str(), Some("debug"));
         let clash: Overrides = [("listen.port".to_owned(), json!(1))].into();
         let doc: toml::Table = "listen = \"x:1\"".parse().unwrap();
-        assert!(merge(&doc, &clash).unwrap_err()[0].contains("not a table"));
+        assert!(merge(&doc, &clash).unwrap_err()[0]
+            .message
+            .contains("not a table"));
     }
 
     #[test]

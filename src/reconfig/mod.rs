@@ -24,7 +24,7 @@ pub use components::{
     LogLevelComponent, PolicyComponent, UpstreamTlsComponent,
 };
 
-use crate::config::{Config, ConfigSource, Loaded};
+use crate::config::{Config, ConfigError, ConfigErrors, ConfigSource, Loaded};
 use crate::metrics::{Metrics, ReloadSource};
 use crate::store::{OverrideLog, Overrides, StoreError};
 use keys::KeyPath;
@@ -267,7 +267,7 @@ pub fn startup_config(
         Err(e) => {
             tracing::error!(
                 "the stored config overrides are not applied, kshim runs with its config file: {}",
-                e.join("; ")
+                ConfigErrors(e).messages().join("; ")
             );
             return file;
         }
@@ -289,7 +289,7 @@ pub fn startup_config(
         Err(e) => {
             tracing::error!(
                 "the stored config overrides are not applied, kshim runs with its config file: {}",
-                e.0.join("; ")
+                e.messages().join("; ")
             );
             file
         }
@@ -624,17 +624,12 @@ impl Registry {
 }
 
 /// Messages of the form `key: text` by key; others under `config`.
-fn attribute(messages: &[String]) -> KeyErrors {
+fn attribute(errors: &[ConfigError]) -> KeyErrors {
     let mut out = KeyErrors::new();
-    for m in messages {
-        let (key, text) = match m.split_once(": ") {
-            Some((k, t)) if !k.is_empty() && !k.contains(' ') => {
-                let k = k.split('[').next().unwrap_or(k);
-                (k.to_owned(), t.to_owned())
-            }
-            _ => ("config".to_owned(), m.clone()),
-        };
-        out.entry(key).or_default().push(text);
+    for e in errors {
+        out.entry(e.top_key().to_owned())
+            .or_default()
+            .push(e.message.clone());
     }
     out
 }
