@@ -365,7 +365,7 @@ async fn audit_new_brokers(context: &Context, upstream: &Upstream, audited: &mut
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let Some(version) = crate::upstream::configs::audit_version(&view) else {
+    let Some(version) = crate::upstream::configs::describe_version(&view) else {
         return;
     };
     let in_breach: BTreeSet<String> = context

@@ -197,7 +197,7 @@ pub fn decode_describe_configs(
 }
 
 /// The DescribeConfigs version to use with the brokers of `view`.
-fn describe_version(view: &ClusterView) -> Option<i16> {
+pub fn describe_version(view: &ClusterView) -> Option<i16> {
     negotiate(&view.api_intersection(), ApiKey::DescribeConfigs, 4).filter(|v| *v >= 1)
 }
 
@@ -346,12 +346,6 @@ pub async fn broker_configs(
             })
         })
         .collect())
-}
-
-/// The DescribeConfigs version for the brokers of `view`, if they serve one
-/// kshim reads.
-pub fn audit_version(view: &ClusterView) -> Option<i16> {
-    describe_version(view)
 }
 
 /// The names of every topic, internal ones included.
