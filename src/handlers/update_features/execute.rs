@@ -106,12 +106,9 @@ pub async fn execute<C: Cluster>(
             audit,
             commit,
         } => {
-            let _fence = match audit {
-                Some(audit) => match audited(section, cluster, policies, &audit, call).await {
-                    Ok(fence) => Some(fence),
-                    Err(refusal) => return Outcome::Decided(Err(refusal)),
-                },
-                None => None,
+            let _fence = match audit_first(section, cluster, policies, audit, call).await {
+                Ok(fence) => fence,
+                Err(refusal) => return Outcome::Decided(Err(refusal)),
             };
             if !commit || changes.is_empty() {
                 return Outcome::Decided(Ok(()));
@@ -125,17 +122,29 @@ pub async fn execute<C: Cluster>(
                     "kshim has no upstream cluster to send the update to.",
                 )));
             };
-            let _fence = match audit {
-                Some(audit) => {
-                    match audited(section, Some(cluster), policies, &audit, call).await {
-                        Ok(fence) => Some(fence),
-                        Err(refusal) => return Outcome::Decided(Err(refusal)),
-                    }
-                }
-                None => None,
+            let _fence = match audit_first(section, Some(cluster), policies, audit, call).await {
+                Ok(fence) => fence,
+                Err(refusal) => return Outcome::Decided(Err(refusal)),
             };
             forward(section, cluster, call).await
         }
+    }
+}
+
+/// Runs the plan's audit, if it has one; the fence stays closed (the returned
+/// value) until the plan is carried out.
+async fn audit_first<C: Cluster>(
+    section: &UpdateSection<'_>,
+    cluster: Option<&C>,
+    policies: &Policies,
+    audit: Option<Audit>,
+    call: &Call,
+) -> Result<Option<crate::controller::FenceClosed>, UpdateRejection> {
+    match audit {
+        Some(audit) => audited(section, cluster, policies, &audit, call)
+            .await
+            .map(Some),
+        None => Ok(None),
     }
 }
 
