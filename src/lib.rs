@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod features;

@@ -4,6 +4,7 @@
 //! API table) and to the controller (the mirrored features and the supporters).
 //! Used by `kshim serve --upstream` and by the integration tests.
 
+use crate::cluster::ClusterNode;
 use crate::config::{Config, UpstreamConfig};
 use crate::features::{Mirror, Ownership, Supporter};
 use crate::handlers::api_versions::{proxy_apis, Discovery};
@@ -82,11 +83,6 @@ impl Proxy {
             )?))),
             None => None,
         };
-        let controller = open_controller(
-            config,
-            store,
-            Ownership::in_front(config.kshim_owned.clone()),
-        )?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
         let layout = layout(config, upstream_config, &node, local_addr);
@@ -98,6 +94,21 @@ impl Proxy {
             tls: upstream_tls,
             sasl: upstream_config.sasl.clone(),
         };
+        let cluster = config.cluster.as_ref().map(|settings| {
+            Arc::new(ClusterNode::new(
+                settings.clone(),
+                link.clone(),
+                upstream_config.bootstrap.clone(),
+                config.supported_features(),
+                vec![format!("{}:{}", node.host, node.port)],
+            ))
+        });
+        let controller = open_controller(
+            config,
+            store,
+            Ownership::in_front(config.kshim_owned.clone()),
+            cluster.clone(),
+        )?;
         let upstream = Arc::new(Upstream::new(
             Listeners::new(layout, bound_tx),
             link.clone(),
@@ -127,6 +138,27 @@ impl Proxy {
                 "{e}; starting anyway with the stored feature view, and retrying every {} ms",
                 upstream_config.refresh_interval_ms
             ),
+        }
+        if let Some(node) = &cluster {
+            // A state topic that exists but cannot hold the state stops kshim
+            // here; an upstream that is away does not (the state kept in the
+            // data directory is served until it returns).
+            let deadline = std::time::Instant::now()
+                + Duration::from_millis(
+                    config
+                        .cluster
+                        .as_ref()
+                        .map_or(30_000, |c| c.startup_timeout_ms),
+                );
+            match node.ensure_topic(deadline).await {
+                Ok(()) => {}
+                Err(e @ crate::cluster::LogError::Topic { .. }) => {
+                    return Err(StartError::Cluster(e.to_string()))
+                }
+                Err(e) => {
+                    tracing::warn!("the kshim cluster's state topic cannot be checked now: {e}")
+                }
+            }
         }
         let limits = limits(config, Some(upstream_config));
         Ok(Proxy {
@@ -331,8 +363,35 @@ async fn apply(context: &Context, upstream: &Upstream, view: ClusterView, first:
                 supporters,
             )
             .await;
+        settle_upstream_epoch(context).await;
     }
     upstream.set_view(view);
+}
+
+/// In a kshim cluster, a change of the upstream's levels gets an epoch of the
+/// shared state, written by whichever instance sees it first; the others find
+/// it settled. Skipped while an update holds the section (it settles the
+/// levels it forwarded itself) or while the state topic is out of reach.
+async fn settle_upstream_epoch(context: &Context) {
+    let controller = &context.controller;
+    if !controller.upstream_epoch_unsettled().await {
+        return;
+    }
+    match controller.try_begin().await {
+        None => {}
+        Some(Err(e)) => tracing::debug!(
+            "the upstream's levels have no shared epoch yet: {}",
+            e.message
+        ),
+        Some(Ok(section)) => {
+            if let Err(e) = section.settle_upstream_epoch().await {
+                tracing::warn!(
+                    "the upstream's levels have no shared epoch yet: {}",
+                    e.message
+                );
+            }
+        }
+    }
 }
 
 /// Audits each broker the first time a refresh sees it answer (and again

@@ -5,7 +5,9 @@
 //! integration tests, so that both start the same thing.
 
 use crate::admin::{self, Access, AccessCell, AdminState};
+use crate::cluster::{self, Applier, ClusterNode, SharedFeatures};
 use crate::config::{Config, ConfigErrors, ConfigSource};
+use crate::controller::ControllerError;
 use crate::handlers::Context;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
@@ -14,11 +16,13 @@ use crate::reconfig::{
     PolicyComponent, Reconfigurable, Registry, UpstreamTlsComponent,
 };
 use crate::standalone::{tls_cell, Standalone, StartError};
+use crate::store::Overrides;
 use crate::store::{FileStore, OverrideLog};
 use crate::tls::{TlsCell, TlsMaterial};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -67,6 +71,13 @@ pub struct Service {
     pub admin: Arc<AdminState>,
     mode: Mode,
     admin_listener: Option<AdminListener>,
+    cluster: Option<ClusterTasks>,
+}
+
+/// The tasks of a kshim cluster member, stopped after the listeners.
+struct ClusterTasks {
+    stop: watch::Sender<bool>,
+    announcer: tokio::task::JoinHandle<()>,
 }
 
 impl Service {
@@ -176,7 +187,19 @@ impl Service {
             &config,
             components,
             Arc::clone(&metrics),
+            context.controller.cluster().cloned(),
         ));
+        let cluster = match context.controller.cluster() {
+            Some(node) => Some(
+                join_cluster(
+                    Arc::clone(node),
+                    Arc::clone(&context),
+                    Arc::clone(&registry),
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let admin = Arc::new(AdminState {
             registry: Arc::clone(&registry),
             context: Arc::clone(&context),
@@ -196,6 +219,7 @@ impl Service {
             admin,
             mode,
             admin_listener,
+            cluster,
         })
     }
 
@@ -214,7 +238,93 @@ impl Service {
             Mode::Standalone(s) => s.serve(shutdown).await,
             Mode::Proxy(p) => p.serve(shutdown).await,
         }
+        if let Some(tasks) = self.cluster {
+            // Withdrawing the registration lets the other instances count this
+            // one out at once instead of after the session timeout.
+            let _ = tasks.stop.send(true);
+            let _ = tasks.announcer.await;
+        }
     }
+}
+
+/// What the state topic's follower hands to this instance.
+struct SharedApplier {
+    context: Arc<Context>,
+    registry: Arc<Registry>,
+}
+
+impl Applier for SharedApplier {
+    async fn features(&self, features: SharedFeatures) {
+        self.context.controller.adopt(features).await;
+        let incompatible = self.context.controller.incompatible_with_self();
+        if !incompatible.is_empty() {
+            tracing::error!(
+                "the kshim cluster finalized a level this instance does not support: {}",
+                incompatible
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+    }
+
+    async fn config(&self, overrides: Overrides) -> Result<(), String> {
+        self.registry.adopt(overrides).await
+    }
+}
+
+/// Follows the shared state, waits (at most `cluster.startup_timeout_ms`) to
+/// catch up with it, refuses to start when it finalizes a level this instance
+/// does not support, and then announces this instance to the others.
+async fn join_cluster(
+    node: Arc<ClusterNode>,
+    context: Arc<Context>,
+    registry: Arc<Registry>,
+) -> Result<ClusterTasks, StartError> {
+    let (stop, stopped) = watch::channel(false);
+    let applier = SharedApplier {
+        context: Arc::clone(&context),
+        registry,
+    };
+    tokio::spawn(cluster::follow(Arc::clone(&node), applier, stopped.clone()));
+    let timeout = Duration::from_millis(node.settings.startup_timeout_ms);
+    if node.wait_caught_up(timeout).await {
+        let incompatible = context.controller.incompatible_with_self();
+        if !incompatible.is_empty() {
+            let _ = stop.send(true);
+            return Err(StartError::Controller(ControllerError::Incompatible(
+                incompatible,
+            )));
+        }
+        if node.shared_features().is_none() {
+            let seeded = match context.controller.begin(timeout).await {
+                Ok(section) => section.seed_shared_state().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = seeded {
+                tracing::warn!(
+                    "could not write the kshim cluster's first feature state: {}",
+                    e.message
+                );
+            }
+        }
+        tracing::info!(
+            cluster = %node.settings.id,
+            instance = node.instance_id(),
+            offset = node.applied(),
+            epoch = context.controller.snapshot().finalized.epoch,
+            "caught up with the kshim cluster's shared state"
+        );
+    } else {
+        tracing::warn!(
+            cluster = %node.settings.id,
+            "not caught up with the kshim cluster's shared state within {} ms: serving the state kept in the data directory, not ready until caught up",
+            timeout.as_millis()
+        );
+    }
+    let announcer = tokio::spawn(cluster::registration::announce(node, stopped));
+    Ok(ClusterTasks { stop, announcer })
 }
 
 fn warn_about(config: &Config) {

@@ -36,6 +36,8 @@ pub enum StartError {
     },
     #[error("advertised listener {0} is not HOST:PORT")]
     Advertised(String),
+    #[error("kshim cluster: {0}")]
+    Cluster(String),
 }
 
 /// A bound, not yet serving, standalone kshim.
@@ -64,7 +66,7 @@ impl Standalone {
         metrics: Arc<Metrics>,
         tls: Option<Arc<TlsCell>>,
     ) -> Result<Standalone, StartError> {
-        let controller = open_controller(config, store, Ownership::standalone())?;
+        let controller = open_controller(config, store, Ownership::standalone(), None)?;
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
         let discovery = Discovery::new(
@@ -120,6 +122,7 @@ pub(crate) fn open_controller(
     config: &Config,
     store: FileStore,
     ownership: Ownership,
+    cluster: Option<Arc<crate::cluster::ClusterNode>>,
 ) -> Result<Arc<FeatureController>, StartError> {
     Ok(Arc::new(FeatureController::open(
         Arc::new(store),
@@ -130,6 +133,7 @@ pub(crate) fn open_controller(
             bootstrap: config.bootstrap.clone(),
             dependencies: config.effective_dependencies(),
             ownership,
+            cluster,
         },
     )?))
 }

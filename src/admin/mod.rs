@@ -112,6 +112,10 @@ impl From<ChangeError> for ApiError {
                 StatusCode::NOT_FOUND,
                 format!("{key} has no dynamic override"),
             ),
+            ChangeError::Shared(message) => {
+                tracing::warn!("admin: {message}");
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+            }
             ChangeError::Store(e) => {
                 tracing::error!("admin: {e}");
                 ApiError::new(
@@ -127,7 +131,8 @@ type Shared = Arc<AdminState>;
 
 /// Every route and its methods. `docs/admin-api.openapi.json` documents the same
 /// set; a test holds the router, this table and the document together.
-pub const ROUTES: [(&str, &[&str]); 7] = [
+pub const ROUTES: [(&str, &[&str]); 8] = [
+    ("/admin/cluster", &["get"]),
     ("/healthz", &["get"]),
     ("/readyz", &["get"]),
     ("/metrics", &["get"]),
@@ -144,6 +149,7 @@ pub fn router(state: Shared) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/admin/features", get(features))
+        .route("/admin/cluster", get(cluster))
         .route("/admin/config", get(get_config).patch(patch_config))
         .route("/admin/config/validate", post(validate_config))
         .route("/admin/config/{key}", delete(delete_config))
@@ -245,6 +251,15 @@ async fn readyz(State(state): State<Shared>) -> Response {
         }
         checks.insert("upstream_reachable".into(), json!(upstream.reachable()));
     }
+    if let Some(node) = state.context.controller.cluster() {
+        // A member serves only what it has applied: until it has caught up
+        // with the shared state it may serve an older one.
+        if !node.caught_up() {
+            ready = false;
+        }
+        checks.insert("cluster_caught_up".into(), json!(node.caught_up()));
+        checks.insert("cluster_state_reachable".into(), json!(node.reachable()));
+    }
     // Reported, not failing readiness: kshim still serves, and the operator
     // decides what to do about a broker that cannot run a level.
     let conflicts: Vec<String> = state
@@ -312,6 +327,32 @@ async fn metrics(
         text,
     )
         .into_response())
+}
+
+/// The kshim cluster as this instance sees it: every instance with its
+/// liveness, how far it has applied the shared state, the epoch it serves, its
+/// config version and any config it could not apply.
+async fn cluster(
+    State(state): State<Shared>,
+    caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state, caller.as_deref(), &headers, Need::Read)?;
+    let Some(node) = state.context.controller.cluster() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "this kshim is not a member of a kshim cluster (no [cluster] in its config)",
+        ));
+    };
+    Ok(Json(json!({
+        "cluster_id": node.settings.id,
+        "state_topic": node.settings.state_topic,
+        "instance_id": node.instance_id(),
+        "state_topic_reachable": node.reachable(),
+        "caught_up": node.caught_up(),
+        "session_timeout_ms": node.settings.session_timeout_ms,
+        "instances": node.report(),
+    })))
 }
 
 async fn features(

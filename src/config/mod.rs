@@ -6,12 +6,14 @@
 //! line; placeholders in its values are resolved before it is parsed.
 //! Owns no runtime state.
 
+mod cluster;
 mod operations;
 pub mod placeholders;
 mod policy;
 mod source;
 pub mod tls;
 mod upstream;
+pub use cluster::{ClusterConfig, DEFAULT_STATE_TOPIC};
 
 pub use operations::{check_log_filter, AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use source::{parse_document, CliOverrides, ConfigSource, Loaded};
@@ -54,6 +56,9 @@ pub struct Config {
     pub kshim_owned: Vec<String>,
     /// `None`: a standalone discovery server.
     pub upstream: Option<UpstreamConfig>,
+    /// `[cluster]`: state shared with other instances through the upstream;
+    /// `None`: state in the data directory alone.
+    pub cluster: Option<ClusterConfig>,
     /// `[policy]`: the create-topic policy and the config validators.
     pub policies: crate::policy::Policies,
     /// `[tls]`: TLS on every client-facing listener; `None`: plaintext.
@@ -156,6 +161,7 @@ impl Default for Config {
             alter_cluster: None,
             kshim_owned: Vec::new(),
             upstream: None,
+            cluster: None,
             policies: crate::policy::Policies::default(),
             tls: None,
             admin: None,
@@ -462,6 +468,7 @@ impl Config {
             let features = top.table("features");
             let authorization = top.table("authorization");
             let upstream = top.table("upstream");
+            let cluster = top.table("cluster");
             let policy = top.table("policy");
             let tls_table = top.table("tls");
             let admin = top.table("admin");
@@ -488,6 +495,9 @@ impl Config {
 
             if let Some(t) = upstream {
                 c.upstream = Some(upstream::parse_upstream(t, &mut errors));
+            }
+            if let Some(t) = cluster {
+                c.cluster = cluster::parse_cluster(t, c.node_id, &mut errors);
             }
 
             if let Some(t) = discovery {
@@ -591,6 +601,12 @@ impl Config {
                     ));
                 }
             }
+        }
+        if complete && self.cluster.is_some() && self.upstream.is_none() {
+            errors.push(ConfigError::new(
+                "cluster",
+                "a kshim cluster keeps its state on the upstream: [upstream] (or --upstream) is required",
+            ));
         }
         if let Some(u) = &self.upstream {
             if complete && u.bootstrap.is_empty() {

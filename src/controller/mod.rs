@@ -9,6 +9,7 @@
 //! Owns the live `FeatureSnapshot` (swapped whole, never edited in place) and the
 //! store. Knows no wire format.
 
+use crate::cluster::{ClusterNode, LogError, SharedFeatures, WriterTurn};
 use crate::features::{
     incompatibilities, merge, plan_update, range_conflicts, Conflict, Dependencies,
     FeatureSnapshot, FeatureUpdate, FinalizedFeatures, Incompatibility, Mirror, Owner, Ownership,
@@ -54,6 +55,8 @@ pub struct ControllerSettings {
     pub dependencies: Dependencies,
     /// Which features stay kshim's in front of a cluster.
     pub ownership: Ownership,
+    /// In a kshim cluster: the shared state every change goes through.
+    pub cluster: Option<Arc<ClusterNode>>,
 }
 
 /// What the controller changes, one change at a time.
@@ -95,6 +98,10 @@ pub struct FeatureController {
     stale_views: AtomicU64,
     /// Whether the last upstream view was ignored as stale (logged once per run).
     stale: AtomicBool,
+    /// In a kshim cluster, changes are committed to the shared state topic and
+    /// applied from it (`adopt`); the file store only keeps the last applied
+    /// state for a restart while the upstream is away.
+    cluster: Option<Arc<ClusterNode>>,
 }
 
 /// One UpdateFeatures at a time: holding this is holding the controller's turn.
@@ -103,6 +110,10 @@ pub struct FeatureController {
 pub struct UpdateSection<'a> {
     controller: &'a FeatureController,
     _turn: tokio::sync::MutexGuard<'a, ()>,
+    /// In a kshim cluster: the writer role, taken with the topic read to its
+    /// end before anything is decided.
+    writer: Option<tokio::sync::Mutex<WriterTurn<'a>>>,
+    deadline: std::time::Instant,
 }
 
 impl<'a> UpdateSection<'a> {
@@ -110,11 +121,10 @@ impl<'a> UpdateSection<'a> {
         self.controller.snapshot()
     }
 
-    /// kshim itself, then every upstream broker.
+    /// kshim itself, every other live kshim instance, then every upstream
+    /// broker.
     pub fn supporters(&self) -> Vec<Supporter> {
-        let mut all = vec![self.controller.local.clone()];
-        all.extend(self.controller.upstream_supporters.load().iter().cloned());
-        all
+        self.controller.supporters()
     }
 
     pub fn conflicts(&self) -> Vec<Conflict> {
@@ -136,9 +146,32 @@ impl<'a> UpdateSection<'a> {
     }
 
     /// Stores `changes` to kshim's own levels, one epoch later, then publishes
-    /// them.
+    /// them. In a kshim cluster the change is committed to the state topic and
+    /// this returns once this instance has applied it from there.
     pub async fn apply(&self, changes: &BTreeMap<String, i16>) -> Result<(), UpdateRejection> {
         let c = self.controller;
+        if let Some(writer) = &self.writer {
+            let record = {
+                let state = c.state.lock().await;
+                let current = c.snapshot.load_full();
+                SharedFeatures {
+                    version: crate::cluster::records::FEATURES_VERSION,
+                    epoch: current.finalized.epoch + 1,
+                    levels: state.own.with_levels(changes).levels,
+                    upstream_levels: upstream_levels(state.mirror.as_ref()),
+                    writer: c
+                        .cluster
+                        .as_ref()
+                        .map_or_else(String::new, |n| n.instance_id().to_owned()),
+                }
+            };
+            let mut writer = writer.lock().await;
+            let entry = writer.codec().features(&record);
+            return writer
+                .append(&[entry], self.deadline)
+                .await
+                .map_err(|e| shared_state_failed(&e));
+        }
         let mut state = c.state.lock().await;
         let current = c.snapshot.load_full();
         let mut own = state.own.with_levels(changes);
@@ -162,6 +195,98 @@ impl<'a> UpdateSection<'a> {
         drop(state);
         c.check_ranges();
         Ok(())
+    }
+
+    /// In a kshim cluster whose state topic holds no feature state yet: this
+    /// instance's state (its bootstrap levels, or what its data directory
+    /// kept) becomes the cluster's, one epoch later. The first instance to
+    /// get here writes it; the others find it written.
+    pub async fn seed_shared_state(&self) -> Result<(), UpdateRejection> {
+        let c = self.controller;
+        let (Some(writer), Some(node)) = (&self.writer, &c.cluster) else {
+            return Ok(());
+        };
+        if node.shared_features().is_some() {
+            return Ok(());
+        }
+        let record = {
+            let state = c.state.lock().await;
+            SharedFeatures {
+                version: crate::cluster::records::FEATURES_VERSION,
+                epoch: c.snapshot.load().finalized.epoch + 1,
+                levels: state.own.levels.clone(),
+                upstream_levels: upstream_levels(state.mirror.as_ref()),
+                writer: node.instance_id().to_owned(),
+            }
+        };
+        tracing::info!(
+            epoch = record.epoch,
+            "the kshim cluster has no feature state yet: writing this instance's"
+        );
+        let mut writer = writer.lock().await;
+        let entry = writer.codec().features(&record);
+        writer
+            .append(&[entry], self.deadline)
+            .await
+            .map_err(|e| shared_state_failed(&e))
+    }
+
+    /// In a kshim cluster: gives the upstream's current levels an epoch of the
+    /// shared state, unless the last shared record already has them. Every
+    /// instance then serves the same epoch for the same levels.
+    pub async fn settle_upstream_epoch(&self) -> Result<(), UpdateRejection> {
+        let c = self.controller;
+        let (Some(writer), Some(node)) = (&self.writer, &c.cluster) else {
+            return Ok(());
+        };
+        let record = {
+            let state = c.state.lock().await;
+            let upstream = upstream_levels(state.mirror.as_ref());
+            let shared = node.shared_features();
+            if shared
+                .as_ref()
+                .is_some_and(|s| s.upstream_levels == upstream)
+                || state.mirror.is_none()
+            {
+                return Ok(());
+            }
+            let current = c.snapshot.load_full();
+            let upstream_epoch = state.mirror.as_ref().map_or(0, |m| m.finalized.epoch);
+            SharedFeatures {
+                version: crate::cluster::records::FEATURES_VERSION,
+                epoch: (current.finalized.epoch + 1).max(upstream_epoch),
+                levels: state.own.levels.clone(),
+                upstream_levels: upstream,
+                writer: node.instance_id().to_owned(),
+            }
+        };
+        let mut writer = writer.lock().await;
+        let entry = writer.codec().features(&record);
+        writer
+            .append(&[entry], self.deadline)
+            .await
+            .map_err(|e| shared_state_failed(&e))
+    }
+}
+
+/// The upstream's finalized levels in a view, as a shared record keeps them.
+fn upstream_levels(mirror: Option<&Mirror>) -> BTreeMap<String, i16> {
+    mirror
+        .map(|m| m.finalized.levels.clone())
+        .unwrap_or_default()
+}
+
+/// How a failure of the shared state reaches an UpdateFeatures caller.
+fn shared_state_failed(e: &LogError) -> UpdateRejection {
+    match e {
+        LogError::Fenced => UpdateRejection::new(
+            Reason::WriterLost,
+            "Another kshim instance changed the shared feature state first; nothing was applied, try again.",
+        ),
+        other => UpdateRejection::new(
+            Reason::UpstreamFailed,
+            format!("The kshim cluster's shared state could not be changed: {other}"),
+        ),
     }
 }
 
@@ -219,7 +344,10 @@ impl FeatureController {
             );
         }
         let local = Supporter {
-            label: format!("Local controller {}", settings.node_id),
+            label: match &settings.cluster {
+                Some(node) => format!("kshim instance {}", node.instance_id()),
+                None => format!("Local controller {}", settings.node_id),
+            },
             features: settings.supported.clone(),
             only_listed: false,
         };
@@ -246,6 +374,7 @@ impl FeatureController {
             config_conflicts: ArcSwap::from_pointee(BTreeMap::new()),
             stale_views: AtomicU64::new(0),
             stale: AtomicBool::new(false),
+            cluster: settings.cluster,
         })
     }
 
@@ -300,7 +429,9 @@ impl FeatureController {
         self.config_conflicts.store(Arc::new(next));
     }
 
-    /// Waits (at most `timeout`) for the controller's turn.
+    /// Waits (at most `timeout`) for the controller's turn. In a kshim cluster
+    /// the turn also takes the writer role and reads the shared state to its
+    /// end, so that what is decided in the section sees every earlier change.
     pub async fn begin(&self, timeout: Duration) -> Result<UpdateSection<'_>, UpdateRejection> {
         let turn = tokio::time::timeout(timeout, self.section.lock())
             .await
@@ -313,10 +444,128 @@ impl FeatureController {
                     ),
                 )
             })?;
+        self.section_with(turn).await
+    }
+
+    /// The turn if nobody holds it now; `None` otherwise.
+    pub async fn try_begin(&self) -> Option<Result<UpdateSection<'_>, UpdateRejection>> {
+        let turn = self.section.try_lock().ok()?;
+        Some(self.section_with(turn).await)
+    }
+
+    async fn section_with<'a>(
+        &'a self,
+        turn: tokio::sync::MutexGuard<'a, ()>,
+    ) -> Result<UpdateSection<'a>, UpdateRejection> {
+        let (writer, deadline) = match &self.cluster {
+            Some(node) => {
+                let deadline = std::time::Instant::now()
+                    + Duration::from_millis(node.settings.write_timeout_ms);
+                let writer = node
+                    .turn(deadline)
+                    .await
+                    .map_err(|e| shared_state_failed(&e))?;
+                (Some(tokio::sync::Mutex::new(writer)), deadline)
+            }
+            None => (None, std::time::Instant::now()),
+        };
         Ok(UpdateSection {
             controller: self,
             _turn: turn,
+            writer,
+            deadline,
         })
+    }
+
+    /// Every supporter of kshim-owned features: this instance, the other live
+    /// kshim instances, and the upstream brokers.
+    fn supporters(&self) -> Vec<Supporter> {
+        let mut all = vec![self.local.clone()];
+        if let Some(node) = &self.cluster {
+            all.extend(
+                node.live_peers()
+                    .into_iter()
+                    .map(|(id, features)| Supporter {
+                        label: format!("kshim instance {id}"),
+                        features,
+                        only_listed: false,
+                    }),
+            );
+        }
+        all.extend(self.upstream_supporters.load().iter().cloned());
+        all
+    }
+
+    /// In a kshim cluster: whether the upstream's levels as seen here differ
+    /// from those the last shared record was cut for (and the state topic is
+    /// in reach, with this instance caught up).
+    pub async fn upstream_epoch_unsettled(&self) -> bool {
+        let Some(node) = &self.cluster else {
+            return false;
+        };
+        if !node.caught_up() || !node.reachable() {
+            return false;
+        }
+        let state = self.state.lock().await;
+        let Some(mirror) = &state.mirror else {
+            return false;
+        };
+        node.shared_features()
+            .is_none_or(|s| s.upstream_levels != mirror.finalized.levels)
+    }
+
+    /// The kshim cluster this instance belongs to, if any.
+    pub fn cluster(&self) -> Option<&Arc<ClusterNode>> {
+        self.cluster.as_ref()
+    }
+
+    /// Finalized kshim-owned levels this instance does not support: in a kshim
+    /// cluster, checked once caught up with the shared state (the KIP's broker
+    /// protection: such an instance must not serve).
+    pub fn incompatible_with_self(&self) -> Vec<Incompatibility> {
+        let snapshot = self.snapshot.load_full();
+        let mirror = self.mirror.load_full();
+        let mut served = snapshot.finalized.clone();
+        served
+            .levels
+            .retain(|name, _| self.ownership.owner(name, mirror.as_ref().as_ref()) == Owner::Kshim);
+        incompatibilities(&self.own_supported, &served)
+    }
+
+    /// Applies a shared feature state read from the state topic: kshim's own
+    /// levels and the epoch every instance serves with them. Kept in the file
+    /// store too, so that a restart while the upstream is away serves it.
+    pub async fn adopt(&self, shared: SharedFeatures) {
+        let mut state = self.state.lock().await;
+        let own = FinalizedFeatures {
+            epoch: shared.epoch,
+            levels: shared.levels,
+        };
+        if own == state.own {
+            return;
+        }
+        let saved = StoredState {
+            cluster_id: self.cluster_id.clone(),
+            finalized: own.clone(),
+            mirror: state.mirror.clone(),
+        };
+        if let Err(reason) = self.save(saved).await {
+            // Served all the same: the topic, not the file, is the truth here.
+            tracing::error!(
+                "the shared feature state could not be kept in the data directory: {reason}"
+            );
+        }
+        tracing::info!(epoch = own.epoch, writer = %shared.writer, "finalized features changed: {:?}", own.levels);
+        let next = merge(
+            &self.own_supported,
+            &own,
+            state.mirror.as_ref(),
+            &self.ownership,
+        );
+        state.own = own;
+        self.snapshot.store(Arc::new(next));
+        drop(state);
+        self.check_ranges();
     }
 
     /// Takes in the upstream's feature state as the latest refresh saw it, and the
@@ -367,7 +616,9 @@ impl FeatureController {
         let current = self.snapshot.load_full();
         let mut own = state.own.clone();
         let mut next = merge(&self.own_supported, &own, Some(&mirror), &self.ownership);
-        if next.finalized.levels != current.finalized.levels {
+        // In a kshim cluster the epoch comes from the shared state alone
+        // (`settle_upstream_epoch`), so that every instance serves one epoch.
+        if self.cluster.is_none() && next.finalized.levels != current.finalized.levels {
             own.epoch = (own.epoch + 1).max(mirror.finalized.epoch);
             next.finalized.epoch = own.epoch;
         }
@@ -402,8 +653,7 @@ impl FeatureController {
         let mirror = self.mirror.load_full();
         let owned =
             |name: &str| self.ownership.owner(name, mirror.as_ref().as_ref()) == Owner::Kshim;
-        let mut supporters = vec![self.local.clone()];
-        supporters.extend(self.upstream_supporters.load().iter().cloned());
+        let supporters = self.supporters();
         let found = range_conflicts(&snapshot.finalized, &owned, &supporters);
         let before = self.range_conflicts.load_full();
         if *before == found {
@@ -518,6 +768,7 @@ mod tests {
             bootstrap: None,
             dependencies: kafka::dependencies(),
             ownership: Ownership::standalone(),
+            cluster: None,
         }
     }
 

@@ -131,6 +131,10 @@ pub enum Reason {
     UpstreamFailed,
     /// kshim's own store refused the change.
     StoreFailed,
+    /// In a kshim cluster, another instance took the writer role before this
+    /// change was committed: nothing was applied, and trying again will see
+    /// that instance's change.
+    WriterLost,
 }
 
 /// Who caused a refusal: decides how loudly it is logged.
@@ -149,6 +153,9 @@ impl Reason {
             | Reason::NotAuthorized
             | Reason::Busy
             | Reason::ConfigViolation => Blame::Client,
+            // Two instances writing at once: an ordinary race that the client
+            // retries, not a fault.
+            Reason::WriterLost => Blame::Client,
             Reason::Incompatible | Reason::AuditBlind | Reason::UpstreamFailed => Blame::Upstream,
             Reason::StoreFailed => Blame::Kshim,
         }

@@ -24,6 +24,7 @@ pub use components::{
     LogLevelComponent, PolicyComponent, UpstreamTlsComponent,
 };
 
+use crate::cluster::ClusterNode;
 use crate::config::{Config, ConfigError, ConfigErrors, ConfigSource, Loaded};
 use crate::metrics::{Metrics, ReloadSource};
 use crate::store::{OverrideLog, Overrides, StoreError};
@@ -98,6 +99,11 @@ pub enum ChangeError {
     /// The overrides could not be stored: nothing was applied.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// In a kshim cluster: the change could not be committed to the shared
+    /// state (nothing was applied anywhere), or was committed but this
+    /// instance could not apply it (the message says which).
+    #[error("{0}")]
+    Shared(String),
 }
 
 fn describe(errors: &KeyErrors) -> String {
@@ -128,8 +134,9 @@ pub struct Validation {
 
 /// Keys whose changes need a restart, with everything below them. A dynamic
 /// component's keys are claimed first; these catch the rest.
-const RESTART_KEYS: [&str; 18] = [
+const RESTART_KEYS: [&str; 19] = [
     "listen",
+    "cluster",
     "advertised_listener",
     "data_dir",
     "node_id",
@@ -174,8 +181,9 @@ fn upstream_rest(c: &Config) -> Option<crate::config::UpstreamConfig> {
 }
 
 /// Each restart-only setting, by the name the change reports.
-fn restart_checks() -> [(&'static str, Same); 23] {
+fn restart_checks() -> [(&'static str, Same); 24] {
     [
+        ("cluster", |a, b| a.cluster == b.cluster),
         ("listen", |a, b| a.listen == b.listen),
         ("advertised_listener", |a, b| {
             a.advertised_listener == b.advertised_listener
@@ -316,7 +324,15 @@ pub struct Registry {
     metrics: Arc<Metrics>,
     /// The number of overrides in force, for the metrics.
     active: std::sync::atomic::AtomicUsize,
+    /// In a kshim cluster, PATCH and DELETE are committed to the shared state
+    /// and applied by every instance (`adopt`) when it reads the commit.
+    cluster: Option<Arc<ClusterNode>>,
+    /// What the last `adopt` did here.
+    adopted: std::sync::Mutex<Option<Result<Change, String>>>,
 }
+
+/// How many times a change is tried when another instance writes first.
+const SHARED_ATTEMPTS: u32 = 8;
 
 /// A candidate config that passed every check, with what each component
 /// prepared for it.
@@ -335,6 +351,7 @@ impl Registry {
         running: &Config,
         components: Vec<Box<dyn Reconfigurable>>,
         metrics: Arc<Metrics>,
+        cluster: Option<Arc<ClusterNode>>,
     ) -> Registry {
         let active = log.active().len();
         Registry {
@@ -348,6 +365,8 @@ impl Registry {
             }),
             metrics,
             active: active.into(),
+            cluster,
+            adopted: std::sync::Mutex::new(None),
         }
     }
 
@@ -395,6 +414,15 @@ impl Registry {
         &self,
         patch: &BTreeMap<String, Option<Value>>,
     ) -> Result<Change, ChangeError> {
+        if let Some(node) = &self.cluster {
+            let result = self
+                .shared_change(node, |state| {
+                    self.plan(state, patch).map_err(ChangeError::Invalid)
+                })
+                .await;
+            self.count(ReloadSource::Admin, &result);
+            return result;
+        }
         let mut state = self.state.lock().await;
         let result = match self.plan(&state, patch) {
             Ok(next) => self.commit(&mut state, None, next, true),
@@ -406,15 +434,24 @@ impl Registry {
 
     /// Removes the override of `key`, so that the file's value applies again.
     pub async fn delete(&self, key: &str) -> Result<Change, ChangeError> {
-        let mut state = self.state.lock().await;
         let canonical = KeyPath::parse(key)
             .map(|k| k.render())
             .unwrap_or_else(|_| key.to_owned());
-        if !state.log.active().contains_key(&canonical) {
-            return Err(ChangeError::NotFound(canonical));
+        let without = |state: &State| {
+            if !state.log.active().contains_key(&canonical) {
+                return Err(ChangeError::NotFound(canonical.clone()));
+            }
+            let mut next = state.log.active().clone();
+            next.remove(&canonical);
+            Ok(next)
+        };
+        if let Some(node) = &self.cluster {
+            let result = self.shared_change(node, without).await;
+            self.count(ReloadSource::Admin, &result);
+            return result;
         }
-        let mut next = state.log.active().clone();
-        next.remove(&canonical);
+        let mut state = self.state.lock().await;
+        let next = without(&state)?;
         let result = self.commit(&mut state, None, next, true);
         self.count(ReloadSource::Admin, &result);
         result
@@ -433,6 +470,77 @@ impl Registry {
         };
         self.count(ReloadSource::Sighup, &result);
         result
+    }
+
+    /// A change in a kshim cluster, the dynamic-config flow: decided and
+    /// validated here by every component with the shared state read to its
+    /// end, committed as per-key records and a commit marker listing every
+    /// active key, in one transaction; applied here (and by every other
+    /// instance) when the commit marker is read. Answered once applied here.
+    async fn shared_change(
+        &self,
+        node: &ClusterNode,
+        plan: impl Fn(&State) -> Result<Overrides, ChangeError>,
+    ) -> Result<Change, ChangeError> {
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_millis(node.settings.write_timeout_ms);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut turn = node.turn(deadline).await.map_err(|e| {
+                ChangeError::Shared(format!(
+                    "the kshim cluster's shared state could not be read: {e}"
+                ))
+            })?;
+            let entries = {
+                let state = self.state.lock().await;
+                let next = plan(&state)?;
+                self.evaluate(&state, &state.doc, &next, true)
+                    .map_err(ChangeError::Invalid)?;
+                shared_entries(turn.codec(), state.log.active(), &next)
+            };
+            *lock(&self.adopted) = None;
+            match turn.append(&entries, deadline).await {
+                Ok(()) => break,
+                Err(crate::cluster::LogError::Fenced) if attempt < SHARED_ATTEMPTS => {
+                    drop(turn);
+                    tokio::time::sleep(crate::cluster::retry_pause(attempt)).await;
+                }
+                Err(e) => {
+                    return Err(ChangeError::Shared(format!(
+                        "the change was not committed to the kshim cluster's shared state, so nothing was changed: {e}"
+                    )))
+                }
+            }
+        }
+        match lock(&self.adopted).take() {
+            Some(Ok(change)) => Ok(change),
+            Some(Err(e)) => Err(ChangeError::Shared(format!(
+                "the change was committed for the whole kshim cluster, but this instance could not apply it: {e}"
+            ))),
+            None => Ok(Change::default()),
+        }
+    }
+
+    /// Applies a set of overrides committed to the shared state: validated by
+    /// every component here, then applied; or, when this instance cannot
+    /// (a file missing on this host), nothing changes here and the reason is
+    /// returned.
+    pub async fn adopt(&self, next: Overrides) -> Result<(), String> {
+        let mut state = self.state.lock().await;
+        let result = if &next == state.log.active() {
+            Ok(Change {
+                overrides: next,
+                ..Change::default()
+            })
+        } else {
+            self.commit(&mut state, None, next, true)
+                .map_err(|e| e.to_string())
+        };
+        drop(state);
+        let out = result.as_ref().map(|_| ()).map_err(Clone::clone);
+        *lock(&self.adopted) = Some(result);
+        out
     }
 
     fn count(&self, source: ReloadSource, result: &Result<Change, ChangeError>) {
@@ -621,6 +729,33 @@ impl Registry {
             overrides: next,
         })
     }
+}
+
+/// The records of a change from `active` to `next`: a record for every key
+/// whose value changed, a tombstone for every key gone, and the marker listing
+/// every key of `next`.
+fn shared_entries(
+    codec: &crate::cluster::Codec,
+    active: &Overrides,
+    next: &Overrides,
+) -> Vec<crate::cluster::writer::Entry> {
+    let mut entries = Vec::new();
+    for (key, value) in next {
+        if active.get(key) != Some(value) {
+            entries.push(codec.config(key, Some(value)));
+        }
+    }
+    for key in active.keys() {
+        if !next.contains_key(key) {
+            entries.push(codec.config(key, None));
+        }
+    }
+    entries.push(codec.commit(next.keys().cloned().collect()));
+    entries
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Messages of the form `key: text` by key; others under `config`.

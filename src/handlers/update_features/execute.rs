@@ -245,6 +245,14 @@ async fn forward<C: Cluster>(section: &UpdateSection<'_>, cluster: &C, call: &Ca
                 .iter()
                 .all(|(name, level)| snapshot.finalized.level(name) == *level);
             if mirrored {
+                // In a kshim cluster, the new levels get their shared epoch
+                // before the client hears of them.
+                if let Err(e) = section.settle_upstream_epoch().await {
+                    tracing::warn!(
+                        "the upstream's new levels have no shared epoch yet: {}",
+                        e.message
+                    );
+                }
                 break;
             }
             if Instant::now() >= until {
@@ -370,6 +378,7 @@ mod tests {
                 bootstrap: Some([("acme.audit".to_owned(), 1)].into()),
                 dependencies: kafka::dependencies(),
                 ownership: Ownership::in_front(vec!["acme.*".into()]),
+                cluster: None,
             },
         )
         .unwrap();

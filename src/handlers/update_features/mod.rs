@@ -32,6 +32,9 @@ use kafka_protocol::protocol::StrBytes;
 use std::time::{Duration, Instant};
 
 pub const MAX_VERSION: i16 = 2;
+/// How many times an update is decided when other kshim instances keep
+/// committing first.
+const WRITER_ATTEMPTS: u32 = 8;
 const FAILED_PREFIX: &str =
     "The update failed for all features since the following feature had an error: ";
 
@@ -45,6 +48,8 @@ pub fn error_code(reason: Reason) -> i16 {
         Reason::NotAuthorized => error_codes::CLUSTER_AUTHORIZATION_FAILED,
         Reason::Busy | Reason::UpstreamFailed => error_codes::REQUEST_TIMED_OUT,
         Reason::AuditBlind | Reason::StoreFailed => error_codes::FEATURE_UPDATE_FAILED,
+        // What Kafka answers when the controller moved: clients retry it.
+        Reason::WriterLost => error_codes::NOT_CONTROLLER,
     }
 }
 
@@ -82,27 +87,40 @@ async fn run(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<(Bytes, bool), 
             mirror_wait: MIRROR_WAIT,
         };
         let wait = Duration::from_millis(body.timeout_ms.max(0) as u64);
-        match ctx.controller.begin(wait).await {
-            Err(busy) => Outcome::Decided(Err(busy)),
-            Ok(section) => {
-                let policies = ctx.policies.load();
-                let snapshot = section.snapshot();
-                let supporters = section.supporters();
-                let conflicts = section.conflicts();
-                let owner = |name: &str| section.owner(name);
-                let facts = Facts {
-                    finalized: &snapshot.finalized,
-                    supporters: &supporters,
-                    dependencies: section.dependencies(),
-                    conflicts: &conflicts,
-                    validators: &policies.validators,
-                    owner: &owner,
-                    in_front: ctx.upstream.is_some(),
-                };
-                let plan = decide(&wanted, &facts);
-                drop(facts);
-                execute(&section, plan, ctx.upstream.as_deref(), &policies, &call).await
+        // In a kshim cluster another instance may commit first; its change is
+        // then read, and this one decided again, a few times at most.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = match ctx.controller.begin(wait).await {
+                Err(busy) => Outcome::Decided(Err(busy)),
+                Ok(section) => {
+                    let policies = ctx.policies.load();
+                    let snapshot = section.snapshot();
+                    let supporters = section.supporters();
+                    let conflicts = section.conflicts();
+                    let owner = |name: &str| section.owner(name);
+                    let facts = Facts {
+                        finalized: &snapshot.finalized,
+                        supporters: &supporters,
+                        dependencies: section.dependencies(),
+                        conflicts: &conflicts,
+                        validators: &policies.validators,
+                        owner: &owner,
+                        in_front: ctx.upstream.is_some(),
+                    };
+                    let plan = decide(&wanted, &facts);
+                    drop(facts);
+                    execute(&section, plan, ctx.upstream.as_deref(), &policies, &call).await
+                }
+            };
+            let lost =
+                matches!(&outcome, Outcome::Decided(Err(r)) if r.reason == Reason::WriterLost);
+            if lost && attempt < WRITER_ATTEMPTS && Instant::now() < call.deadline {
+                tokio::time::sleep(crate::cluster::retry_pause(attempt)).await;
+                continue;
             }
+            break outcome;
         }
     } else {
         // Security-relevant, so logged above the other client-caused refusals.

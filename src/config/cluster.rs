@@ -1,0 +1,187 @@
+//! `[cluster]`: several kshim instances in front of one Kafka cluster that share
+//! one feature state and one set of config overrides, kept on that cluster.
+
+use super::{walker, ConfigError};
+
+/// `[cluster]`. Without it, kshim keeps its state in its data directory alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Instances with the same id (in front of the same upstream) share state.
+    pub id: String,
+    /// The compacted single-partition topic holding the shared state.
+    pub state_topic: String,
+    /// This instance's name among the others; defaults to `kshim-<node_id>`.
+    pub instance_id: String,
+    /// An instance whose registration has not been renewed for this long is no
+    /// longer counted among the live instances.
+    pub session_timeout_ms: u64,
+    /// How often an instance renews its registration.
+    pub heartbeat_interval_ms: u64,
+    /// The writer's transaction timeout: a writer paused in the middle of a
+    /// change holds back the others' reads at most this long.
+    pub transaction_timeout_ms: u64,
+    /// How long a change (UpdateFeatures, an admin PATCH) may wait for the
+    /// writer's turn, its commit and its local application.
+    pub write_timeout_ms: u64,
+    /// How long startup waits to catch up with the state topic before serving
+    /// the state kept in the data directory (not ready until caught up).
+    pub startup_timeout_ms: u64,
+}
+
+pub const DEFAULT_STATE_TOPIC: &str = "__kshim_state";
+
+/// A topic name as Kafka accepts it.
+fn valid_topic(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 200
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+pub(super) fn parse_cluster(
+    t: &toml::Table,
+    node_id: i32,
+    errors: &mut Vec<ConfigError>,
+) -> Option<ClusterConfig> {
+    let mut w = walker("cluster", t, errors);
+    let id = w.string("id");
+    let state_topic = w
+        .string("state_topic")
+        .unwrap_or_else(|| DEFAULT_STATE_TOPIC.to_owned());
+    let instance_id = w
+        .string("instance_id")
+        .unwrap_or_else(|| format!("kshim-{node_id}"));
+    let ms = "a positive number of milliseconds";
+    let session_timeout_ms = w.int::<u64>("session_timeout_ms", ms).unwrap_or(10_000);
+    let heartbeat_interval_ms = w.int::<u64>("heartbeat_interval_ms", ms).unwrap_or(2_000);
+    let transaction_timeout_ms = w.int::<u64>("transaction_timeout_ms", ms).unwrap_or(5_000);
+    let write_timeout_ms = w.int::<u64>("write_timeout_ms", ms).unwrap_or(30_000);
+    let startup_timeout_ms = w.int::<u64>("startup_timeout_ms", ms).unwrap_or(30_000);
+    w.finish();
+    let mut ok = true;
+    let mut refuse = |key: &str, message: String| {
+        ok = false;
+        errors.push(ConfigError::new(format!("cluster.{key}"), message));
+    };
+    let id = match id {
+        Some(id) if valid_id(&id) => id,
+        Some(id) => {
+            refuse(
+                "id",
+                format!("\"{id}\" is not an id (letters, digits, '.', '_', '-')"),
+            );
+            String::new()
+        }
+        None => {
+            refuse(
+                "id",
+                "required: instances with the same id share one state".into(),
+            );
+            String::new()
+        }
+    };
+    if !valid_id(&instance_id) {
+        refuse(
+            "instance_id",
+            format!("\"{instance_id}\" is not an id (letters, digits, '.', '_', '-')"),
+        );
+    }
+    if !valid_topic(&state_topic) {
+        refuse(
+            "state_topic",
+            format!("\"{state_topic}\" is not a valid topic name"),
+        );
+    }
+    if heartbeat_interval_ms == 0 || heartbeat_interval_ms * 2 > session_timeout_ms {
+        refuse(
+            "heartbeat_interval_ms",
+            format!(
+                "must be at least 1 and at most half of session_timeout_ms ({session_timeout_ms})"
+            ),
+        );
+    }
+    if transaction_timeout_ms < 1_000 || transaction_timeout_ms >= session_timeout_ms {
+        refuse(
+            "transaction_timeout_ms",
+            format!(
+                "must be at least 1000 and less than session_timeout_ms ({session_timeout_ms}): \
+                 registrations behind an unfinished change must not expire"
+            ),
+        );
+    }
+    for (key, value) in [
+        ("write_timeout_ms", write_timeout_ms),
+        ("startup_timeout_ms", startup_timeout_ms),
+    ] {
+        if value == 0 {
+            refuse(key, "must be at least 1".into());
+        }
+    }
+    ok.then_some(ClusterConfig {
+        id,
+        state_topic,
+        instance_id,
+        session_timeout_ms,
+        heartbeat_interval_ms,
+        transaction_timeout_ms,
+        write_timeout_ms,
+        startup_timeout_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = Config::from_toml(
+            "node_id = 7\n[upstream]\nbootstrap = [\"127.0.0.1:9092\"]\n[cluster]\nid = \"east\"\n",
+        )
+        .unwrap();
+        let k = c.cluster.unwrap();
+        assert_eq!(k.id, "east");
+        assert_eq!(k.state_topic, "__kshim_state");
+        assert_eq!(k.instance_id, "kshim-7");
+        assert!(k.transaction_timeout_ms < k.session_timeout_ms);
+
+        let err = Config::from_toml(
+            "[cluster]\nstate_topic = \"a b\"\nheartbeat_interval_ms = 9000\nwat = 1\n",
+        )
+        .unwrap_err()
+        .messages()
+        .join("\n");
+        for expected in [
+            "cluster.id: required",
+            "cluster.state_topic: \"a b\" is not a valid topic name",
+            "cluster.heartbeat_interval_ms: must be at least 1 and at most half",
+            "cluster.wat: unknown key",
+        ] {
+            assert!(err.contains(expected), "{expected} not in:\n{err}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_needs_an_upstream() {
+        let mut errors = Vec::new();
+        let c = Config::from_toml("[cluster]\nid = \"east\"\n").unwrap();
+        c.validate(&mut errors);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.key == "cluster" && e.message.contains("[upstream]")),
+            "{errors:?}"
+        );
+    }
+}
