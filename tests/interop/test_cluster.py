@@ -401,6 +401,45 @@ def test_config_changes_reach_every_instance(members, tmp_path):
         assert wait_until(lambda m=m: may_alter(m.bootstrap) == NONE, 3), m.instance
 
 
+def _served_certificate(port: int, certs) -> bytes | None:
+    import ssl
+
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(certs.ca))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                return s.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError):
+        return None
+
+
+def _der(pem_path) -> bytes:
+    import ssl
+
+    text = pem_path.read_text()
+    first = text[text.index("-----BEGIN CERTIFICATE-----"):text.index("-----END CERTIFICATE-----") + 25]
+    return ssl.PEM_cert_to_DER_cert(first)
+
+
+def test_a_certificate_rotated_at_one_instance_is_served_by_all(kafka, kshim_factory, tmp_path):
+    """(f) PATCH of the listener certificate at A: new handshakes at B and C see it."""
+    import tls_support as tls
+
+    certs = tls.make_certs(tmp_path / "certs")
+    trio = [start_member(kshim_factory, kafka, "tls-" + tmp_path.name[-6:], f"kshim-t{i}",
+                         extra=tls.tls_table(certs)) for i in range(3)]
+    old, new = _der(certs.server), _der(certs.ec_server)
+    assert [_served_certificate(m.port, certs) for m in trio] == [old] * 3
+    status, doc = trio[0].admin.call("PATCH", "/admin/config", {
+        "tls.certificate": str(certs.ec_server), "tls.key": str(certs.ec_server_key_pkcs8)})
+    assert status == 200, (status, doc)
+    assert _served_certificate(trio[0].port, certs) == new, "A answered before serving the new certificate"
+    for m in trio[1:]:
+        assert wait_until(lambda m=m: _served_certificate(m.port, certs) == new, 5), m.instance
+    for m in trio:
+        m.stop()
+
+
 def test_an_instance_that_cannot_apply_keeps_its_config(kafka, kshim_factory, members, cluster_id, tmp_path):
     """(f) A value that resolves on A but not on D: D keeps its config and says why."""
     secrets = tmp_path / "secrets"
@@ -571,6 +610,60 @@ def test_two_kshim_clusters_on_one_upstream_do_not_mix(kafka, kshim_factory, mem
         assert other
     finally:
         west.cleanup()
+
+
+FAILOVER_SRC = ke.REPO_ROOT / "tests" / "interop" / "java" / "ClusterFailover.java"
+FAILOVER_RECORDS = 1200
+
+
+def test_clients_fail_over_to_another_instance(kafka, members, tmp_path):
+    """(h) A Java producer and consumer bootstrapped across A, B, C keep going while the
+    instance they use is killed: every acknowledged record is consumed exactly once."""
+    from collections import Counter
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = "failover-" + uuid.uuid4().hex[:6]
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap.split(","))
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])
+    finally:
+        admin.close()
+    classes = ke.compile_java(FAILOVER_SRC)
+    bootstrap = ",".join(m.bootstrap for m in members)
+    java = ke.BackgroundJava(["ClusterFailover", bootstrap, topic, str(FAILOVER_RECORDS), "10", "90000"],
+                             workdir=tmp_path, name="failover", extra_classpath=[classes])
+    victim = None
+    try:
+        def progress():
+            lines = [json.loads(line) for line in java.stdout_path.read_text().splitlines() if line.startswith("{")]
+            return lines[-1] if lines else {}
+
+        assert wait_until(lambda: progress().get("consumed", 0) >= 100, 60), (
+            progress(), ke.tail(java.stderr_path))
+        # The instance the clients use: the one their sockets are connected to.
+        mine = ke._socket_inodes(java.proc.pid)
+        used = {m.instance: sum(1 for *_, inode in ke.established_to(m.listening_ports()) if inode in mine)
+                for m in members}
+        victim = max(members, key=lambda m: used[m.instance])
+        assert used[victim.instance] > 0, used
+        at_kill = progress()
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.proc.wait(10)
+        result = java.wait(120)
+        assert result.rc == 0, result.stderr[-3000:]
+        done = [json.loads(line) for line in result.stdout.splitlines() if '"done"' in line][-1]
+        acked, consumed = set(done["acked"]), Counter(done["consumed"])
+        assert len(acked) > at_kill["acked"] + 100, f"production did not go on after the kill: {len(acked)} vs {at_kill}"
+        missing = sorted(acked - set(consumed))
+        twice = sorted(v for v, n in consumed.items() if n > 1)
+        assert not missing and not twice, f"missing {missing[:10]}, consumed twice {twice[:10]}"
+        print(f"(h) killed {victim.instance} (clients had {used[victim.instance]} connections to it) at "
+              f"{at_kill}; {len(acked)} acknowledged, {sum(consumed.values())} consumed, {done['failed']} failed")
+    finally:
+        java.stop()
+        if victim is not None:
+            victim.start()
+            assert wait_until(victim.admin.ready, 60), ke.tail(victim.log_path)
 
 
 def test_leader_loss_pauses_and_loses_nothing(kafka, members, cluster_id):
