@@ -283,6 +283,29 @@ def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3) -> ApiV
     return info
 
 
+def raw_update_features(bootstrap: str, feature: str, level: int, upgrade_type: int = 1,
+                        validate_only: bool = False, timeout: float = 40.0) -> tuple[int, str]:
+    """One UpdateFeatures v1 request on a raw socket (upgrade_type 1 UPGRADE, 2 SAFE_DOWNGRADE):
+    (top-level error code, error message or "")."""
+    host, port = split_hostport(bootstrap)
+    client_id = b"kshim-interop"
+    header = struct.pack(">hhih", 57, 1, 7, len(client_id)) + client_id + b"\x00"
+    body = struct.pack(">i", 30000) + encode_uvarint(2)
+    body += encode_compact_string(feature) + struct.pack(">hb", level, upgrade_type) + b"\x00"
+    body += bytes([1 if validate_only else 0]) + b"\x00"
+    frame = header + body
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+        resp = _recv_exact(sock, size)
+    pos = 4 + 1 + 4  # correlation id, empty header tags, throttle time
+    (code,) = struct.unpack_from(">h", resp, pos)
+    n, pos = _uvarint(resp, pos + 2)
+    message = resp[pos:pos + n - 1].decode() if n else ""
+    return code, message
+
+
 # --------------------------------------------------------------------------------------------
 # Java
 

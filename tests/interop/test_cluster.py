@@ -34,7 +34,6 @@ import os
 import random
 import signal
 import socket
-import struct
 import threading
 import time
 import urllib.error
@@ -64,42 +63,9 @@ def wait_until(check, timeout: float, interval: float = 0.1):
         time.sleep(interval)
 
 
-# --------------------------------------------------------------------------------------------
-# UpdateFeatures v1 on a raw socket (flexible header v2, response header v1)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        out += chunk
-    return out
-
-
 def update_features(bootstrap: str, level: int, upgrade_type: int = UPGRADE, validate_only: bool = False,
                     feature: str = FEATURE, timeout: float = 40.0) -> tuple[int, str]:
-    """(error code, error message) of one UpdateFeatures v1 request."""
-    host, port = ke.split_hostport(bootstrap)
-    client_id = b"kshim-cluster-test"
-    header = struct.pack(">hhih", 57, 1, 7, len(client_id)) + client_id + b"\x00"
-    body = struct.pack(">i", 30000) + ke.encode_uvarint(2)
-    body += ke.encode_compact_string(feature) + struct.pack(">hb", level, upgrade_type) + b"\x00"
-    body += bytes([1 if validate_only else 0]) + b"\x00"
-    frame = header + body
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        resp = _recv_exact(sock, size)
-    pos = 4 + 1  # correlation id, empty header tags
-    pos += 4  # throttle
-    (code,) = struct.unpack_from(">h", resp, pos)
-    pos += 2
-    n, pos = ke._uvarint(resp, pos)
-    message = resp[pos:pos + n - 1].decode() if n else ""
-    return code, message
+    return ke.raw_update_features(bootstrap, feature, level, upgrade_type, validate_only, timeout)
 
 
 def may_alter(bootstrap: str) -> int:
