@@ -475,6 +475,21 @@ pub struct Snapshot {
     pub conflicts: Vec<(String, String)>,
     /// `None` for a standalone kshim.
     pub upstream: Option<UpstreamSnapshot>,
+    /// `None` without `[cluster]`.
+    pub cluster: Option<ClusterSnapshot>,
+}
+
+/// A kshim cluster member's view of the shared state.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSnapshot {
+    pub caught_up: bool,
+    pub reachable: bool,
+    /// The next state-topic offset this instance will apply.
+    pub applied_offset: i64,
+    /// Instances counted live (this one included).
+    pub live_instances: usize,
+    /// Whether the last config commit could not be applied here.
+    pub config_apply_failed: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -556,6 +571,18 @@ impl Snapshot {
                 o,
                 "kshim_tls_certificate_expiry_timestamp_seconds{{role=\"{role}\"}} {not_after}"
             );
+        }
+        if let Some(c) = &self.cluster {
+            for (name, help, value) in [
+                ("kshim_cluster_caught_up", "1 once this instance has applied the shared state up to its end as of startup.", i64::from(c.caught_up)),
+                ("kshim_cluster_state_reachable", "1 while this instance's last read of the state topic succeeded.", i64::from(c.reachable)),
+                ("kshim_cluster_applied_offset", "The next state-topic offset this instance will apply.", c.applied_offset),
+                ("kshim_cluster_live_instances", "kshim instances counted live (registration renewed within the session timeout), this one included.", c.live_instances as i64),
+                ("kshim_cluster_config_apply_failed", "1 when the last config change of the kshim cluster could not be applied here.", i64::from(c.config_apply_failed)),
+            ] {
+                header(o, name, "gauge", help);
+                let _ = writeln!(o, "{name} {value}");
+            }
         }
         let Some(u) = &self.upstream else {
             return;
@@ -676,6 +703,7 @@ mod tests {
             levels: vec![("metadata.version".into(), 27)],
             overrides: 2,
             certificate_not_after: vec![("client", 1_800_000_000)],
+            cluster: None,
             upstream: Some(UpstreamSnapshot {
                 reachable: true,
                 brokers: vec![(1, true), (2, false)],

@@ -301,7 +301,18 @@ async fn metrics(
             stale_views: ctx.controller.stale_views(),
         }
     });
+    let cluster = ctx.controller.cluster().map(|node| {
+        let me = node.registration();
+        crate::metrics::ClusterSnapshot {
+            caught_up: node.caught_up(),
+            reachable: node.reachable(),
+            applied_offset: node.applied(),
+            live_instances: node.live_peers().len() + 1,
+            config_apply_failed: me.status.apply_error.is_some(),
+        }
+    });
     let text = ctx.metrics.render(&Snapshot {
+        cluster,
         epoch: snapshot.finalized.epoch,
         levels: snapshot
             .finalized

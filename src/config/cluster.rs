@@ -173,6 +173,23 @@ mod tests {
     }
 
     #[test]
+    fn the_compose_example_is_a_valid_cluster_config() {
+        let text = include_str!("../../docker/cluster/kshim.toml")
+            .replace("${env:KSHIM_HOST}", "kshim-2")
+            .replace("${env:KSHIM_INSTANCE_ID}", "kshim-2")
+            .replace("${env:KSHIM_ADMIN_TOKEN}", "token");
+        let c = Config::from_toml(&text).unwrap();
+        let mut errors = Vec::new();
+        c.validate(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        let k = c.cluster.unwrap();
+        assert_eq!(
+            (k.id.as_str(), k.instance_id.as_str()),
+            ("compose", "kshim-2")
+        );
+    }
+
+    #[test]
     fn a_cluster_needs_an_upstream() {
         let mut errors = Vec::new();
         let c = Config::from_toml("[cluster]\nid = \"east\"\n").unwrap();

@@ -271,6 +271,11 @@ def test_a_change_at_one_instance_is_served_by_all(kafka, members, cluster_id):
     assert all(ids[m.instance]["live"] for m in members), doc
     assert ids["kshim-a"]["self"] and ids["kshim-a"]["epoch"] == epoch0 + 1, doc
     assert doc["caught_up"] and doc["state_topic"] == TOPIC, doc
+    status, metrics = b.admin.call("GET", "/metrics")
+    assert status == 200 and isinstance(metrics, str), status
+    for line in ("kshim_cluster_caught_up 1", "kshim_cluster_state_reachable 1", "kshim_cluster_live_instances 3",
+                 "kshim_cluster_config_apply_failed 0"):
+        assert f"\n{line}\n" in metrics, line
 
 
 def test_concurrent_updates_form_one_total_order(kafka, members, cluster_id):
