@@ -100,14 +100,31 @@ pub async fn follow<A: Applier>(
         node.reachable.store(true, Ordering::Relaxed);
         backoff = BACKOFF_MIN;
         if answer.partition_error == super::log::codes::OFFSET_OUT_OF_RANGE {
-            // Only deletion moves a compacted topic's start; what was before
-            // it is gone for everyone, so start at the earliest offset.
-            tracing::warn!(
-                offset = pos.next,
-                log_start = answer.log_start_offset,
-                "the state topic no longer holds the next offset; reading on from its start"
-            );
-            pos.next = answer.log_start_offset.max(pos.next);
+            if pos.next < answer.log_start_offset {
+                // Only deletion moves a compacted topic's start; what was
+                // before it is gone for everyone, so read on from the start.
+                tracing::warn!(
+                    offset = pos.next,
+                    log_start = answer.log_start_offset,
+                    "the state topic no longer holds the next offset; reading on from its start"
+                );
+                pos.next = answer.log_start_offset;
+            } else {
+                // Past the end: the topic is shorter than what was applied here
+                // (it was deleted and created again). Its content is the truth
+                // now; read it again from the start.
+                tracing::error!(
+                    offset = pos.next,
+                    "the state topic ends before what this instance applied (was it recreated?); reading it again from its start"
+                );
+                pos = Position {
+                    next: answer.log_start_offset.max(0),
+                    ..Position::default()
+                };
+                if pause(&mut shutdown, &mut backoff).await {
+                    return;
+                }
+            }
             continue;
         }
         for (producer, first) in &answer.aborted {
