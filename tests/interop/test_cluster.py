@@ -602,17 +602,26 @@ def _ignore(call):
 
 
 def test_two_kshim_clusters_on_one_upstream_do_not_mix(kafka, kshim_factory, members, cluster_id):
-    """(i)"""
+    """(i) Another cluster.id on the same upstream and topic, with an instance of the same name."""
     epoch, level = converged(members)
     west = start_member(kshim_factory, kafka, "west-" + uuid.uuid4().hex[:6], "kshim-a", bootstrap_level=5)
     try:
+        # West starts from its own bootstrap, not from east's state.
         assert served(west.bootstrap)[1] == 5
-        other = 5 if level != 5 else 4
         assert update_features(west.bootstrap, 0, SAFE_DOWNGRADE)[0] == NONE
         assert served(west.bootstrap)[1] == 0
-        assert converged(members) == (epoch, level)
+        east_target = 2 if level != 2 else 3
+        code, message = update_features(members[1].bootstrap, east_target,
+                                         UPGRADE if east_target > level else SAFE_DOWNGRADE)
+        assert code == NONE, message
+        east = converged(members)
+        assert east[1] == east_target
+        time.sleep(0.5)
+        assert served(west.bootstrap)[1] == 0, "west applied east's change"
+        # Each sees only its own instances (east's kshim-a is not west's kshim-a).
         assert {i["instance_id"] for i in west.admin.cluster()["instances"]} == {"kshim-a"}
-        assert other
+        assert {i["instance_id"] for i in members[1].admin.cluster()["instances"] if i["live"]} >= {
+            "kshim-a", "kshim-b", "kshim-c"}
     finally:
         west.cleanup()
 
