@@ -289,7 +289,10 @@ async fn join_cluster(
     };
     tokio::spawn(cluster::follow(Arc::clone(&node), applier, stopped.clone()));
     let timeout = Duration::from_millis(node.settings.startup_timeout_ms);
-    if node.wait_caught_up(timeout).await {
+    // An upstream that did not answer at startup is not waited for: the state
+    // kept in the data directory is served meanwhile.
+    let away = context.upstream.as_ref().is_some_and(|u| !u.reachable());
+    if node.wait_caught_up(timeout, away).await {
         let incompatible = context.controller.incompatible_with_self();
         if !incompatible.is_empty() {
             let _ = stop.send(true);
@@ -319,7 +322,7 @@ async fn join_cluster(
     } else {
         tracing::warn!(
             cluster = %node.settings.id,
-            "not caught up with the kshim cluster's shared state within {} ms: serving the state kept in the data directory, not ready until caught up",
+            "not caught up with the kshim cluster's shared state (the state topic cannot be read now, or not within {} ms): serving the state kept in the data directory, not ready until caught up",
             timeout.as_millis()
         );
     }

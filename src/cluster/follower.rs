@@ -60,9 +60,15 @@ pub async fn follow<A: Applier>(
     let mut pos = Position::default();
     let mut backoff = BACKOFF_MIN;
     let mut reported: Option<String> = None;
-    // The end to catch up with at startup.
+    // The end to catch up with at startup. The topic is made sure of here too:
+    // an instance that started while the upstream was away has not checked it.
     loop {
-        match log.committed_end().await {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let end = match log.ensure_topic(deadline).await {
+            Ok(()) => log.committed_end().await,
+            Err(e) => Err(e),
+        };
+        match end {
             Ok(end) => {
                 node.startup_end.store(end, Ordering::Relaxed);
                 node.publish_applied(0);
@@ -154,7 +160,7 @@ pub async fn follow<A: Applier>(
 }
 
 fn note_failure(node: &ClusterNode, reported: &mut Option<String>, e: &LogError) {
-    node.reachable.store(false, Ordering::Relaxed);
+    node.read_failed();
     let text = e.to_string();
     if reported.as_deref() != Some(text.as_str()) {
         tracing::warn!(

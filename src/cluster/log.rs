@@ -48,7 +48,7 @@ pub enum LogError {
     /// The topic exists but cannot hold kshim's state, or cannot be made.
     #[error("state topic {topic}: {reason}")]
     Topic { topic: String, reason: String },
-    #[error("{api} answered {}{}", error_codes::name(*.code), .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    #[error("{api} answered {} ({code}){}", error_codes::name(*.code), .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
     Kafka {
         api: &'static str,
         code: i16,

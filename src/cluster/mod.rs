@@ -79,6 +79,9 @@ pub struct ClusterNode {
     caught_up: AtomicBool,
     /// Whether the follower's last fetch reached the state topic.
     reachable: AtomicBool,
+    /// Whether a read of the state topic has failed since startup: startup
+    /// then stops waiting and serves the state kept in the data directory.
+    read_failed: AtomicBool,
     shared: Mutex<Option<SharedFeatures>>,
     /// Offsets of the records applied last, newest at the back: how a writer
     /// whose commit had no certain answer learns its outcome.
@@ -125,6 +128,7 @@ impl ClusterNode {
             startup_end: AtomicI64::new(i64::MAX),
             caught_up: AtomicBool::new(false),
             reachable: AtomicBool::new(false),
+            read_failed: AtomicBool::new(false),
             shared: Mutex::new(None),
             recent: Mutex::new(std::collections::VecDeque::new()),
             instances: Mutex::new(BTreeMap::new()),
@@ -171,11 +175,23 @@ impl ClusterNode {
     }
 
     /// Waits until caught up with the topic as it was when the follower
-    /// started, at most `timeout`; says whether it is.
-    pub async fn wait_caught_up(&self, timeout: Duration) -> bool {
+    /// started, at most `timeout`; with `upstream_away`, only until a read of
+    /// the topic fails (there is nothing to wait for). Says whether it is.
+    pub async fn wait_caught_up(&self, timeout: Duration, upstream_away: bool) -> bool {
         let mut rx = self.applied.subscribe();
-        let waited = tokio::time::timeout(timeout, rx.wait_for(|_| self.caught_up())).await;
-        waited.is_ok() && self.caught_up()
+        let settled = |_: &i64| {
+            self.caught_up() || (upstream_away && self.read_failed.load(Ordering::Relaxed))
+        };
+        let _ = tokio::time::timeout(timeout, rx.wait_for(settled)).await;
+        self.caught_up()
+    }
+
+    /// Records a failed read of the state topic, and wakes whoever waits.
+    fn read_failed(&self) {
+        self.reachable.store(false, Ordering::Relaxed);
+        if !self.read_failed.swap(true, Ordering::Relaxed) {
+            self.applied.send_modify(|_| {});
+        }
     }
 
     /// Waits until the follower has applied every offset below `offset`.

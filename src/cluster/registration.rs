@@ -18,6 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// How soon a registration that could not be written is tried again.
+const RETRY: Duration = Duration::from_millis(200);
+
 /// An idempotent producer for this instance's registration.
 struct Announcer {
     log: StateLog,
@@ -126,22 +129,28 @@ pub async fn announce(node: Arc<ClusterNode>, mut shutdown: watch::Receiver<bool
         let (key, value) = node
             .codec()
             .instance(node.instance_id(), Some(&registration));
-        match announcer.send(key, value).await {
-            Ok(()) if failing => {
-                failing = false;
-                tracing::info!("this instance's registration is renewed again");
+        let wait = match announcer.send(key, value).await {
+            Ok(()) => {
+                if failing {
+                    failing = false;
+                    tracing::info!("this instance's registration is renewed again");
+                }
+                interval
             }
-            Ok(()) => {}
-            Err(e) if !failing => {
-                failing = true;
-                tracing::warn!(
-                    "could not renew this instance's registration in the state topic: {e}"
-                );
+            Err(e) => {
+                if !failing {
+                    failing = true;
+                    tracing::warn!(
+                        "could not renew this instance's registration in the state topic: {e}"
+                    );
+                }
+                // Soon again: until it is written, the others do not count
+                // this instance among the live ones.
+                RETRY.min(interval)
             }
-            Err(_) => {}
-        }
+        };
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = node.report.notified() => {}
             _ = shutdown.changed() => break,
         }
