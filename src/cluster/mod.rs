@@ -316,6 +316,16 @@ impl ClusterNode {
     }
 
     fn set_instance(&self, id: String, registration: Option<Registration>) {
+        if let Some(r) = &registration {
+            // Two instances with one id would count as one supporter: say so.
+            if id == self.instance_id() && self.caught_up() && r.listeners != self.listeners {
+                tracing::error!(
+                    instance = %id,
+                    "another kshim instance registers under this instance's id (its listeners: {:?}); give each instance its own cluster.instance_id",
+                    r.listeners
+                );
+            }
+        }
         let mut instances = lock(&self.instances);
         match registration {
             Some(registration) => {

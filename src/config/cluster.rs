@@ -10,7 +10,7 @@ pub struct ClusterConfig {
     pub id: String,
     /// The compacted single-partition topic holding the shared state.
     pub state_topic: String,
-    /// This instance's name among the others; defaults to `kshim-<node_id>`.
+    /// This instance's name among the others; defaults to `<host name>-<node_id>`.
     pub instance_id: String,
     /// An instance whose registration has not been renewed for this long is no
     /// longer counted among the live instances.
@@ -49,6 +49,36 @@ fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
+/// `<host name>-<node_id>`, so that instances on different hosts differ
+/// without being told; `kshim-<node_id>` when the host name is unusable.
+fn default_instance_id(node_id: i32) -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let host = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(100)
+        .collect();
+    if host.is_empty() {
+        format!("kshim-{node_id}")
+    } else {
+        format!("{host}-{node_id}")
+    }
+}
+
 pub(super) fn parse_cluster(
     t: &toml::Table,
     node_id: i32,
@@ -61,7 +91,7 @@ pub(super) fn parse_cluster(
         .unwrap_or_else(|| DEFAULT_STATE_TOPIC.to_owned());
     let instance_id = w
         .string("instance_id")
-        .unwrap_or_else(|| format!("kshim-{node_id}"));
+        .unwrap_or_else(|| default_instance_id(node_id));
     let ms = "a positive number of milliseconds";
     let session_timeout_ms = w.int::<u64>("session_timeout_ms", ms).unwrap_or(10_000);
     let heartbeat_interval_ms = w.int::<u64>("heartbeat_interval_ms", ms).unwrap_or(2_000);
@@ -153,7 +183,8 @@ mod tests {
         let k = c.cluster.unwrap();
         assert_eq!(k.id, "east");
         assert_eq!(k.state_topic, "__kshim_state");
-        assert_eq!(k.instance_id, "kshim-7");
+        assert!(k.instance_id.ends_with("-7"), "{}", k.instance_id);
+        assert!(super::valid_id(&k.instance_id), "{}", k.instance_id);
         assert!(k.transaction_timeout_ms < k.session_timeout_ms);
 
         let err = Config::from_toml(

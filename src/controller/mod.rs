@@ -150,27 +150,13 @@ impl<'a> UpdateSection<'a> {
     /// this returns once this instance has applied it from there.
     pub async fn apply(&self, changes: &BTreeMap<String, i16>) -> Result<(), UpdateRejection> {
         let c = self.controller;
-        if let Some(writer) = &self.writer {
+        if self.writer.is_some() {
             let record = {
                 let state = c.state.lock().await;
-                let current = c.snapshot.load_full();
-                SharedFeatures {
-                    version: crate::cluster::records::FEATURES_VERSION,
-                    epoch: current.finalized.epoch + 1,
-                    levels: state.own.with_levels(changes).levels,
-                    upstream_levels: upstream_levels(state.mirror.as_ref()),
-                    writer: c
-                        .cluster
-                        .as_ref()
-                        .map_or_else(String::new, |n| n.instance_id().to_owned()),
-                }
+                let epoch = c.snapshot.load().finalized.epoch + 1;
+                self.shared_record(&state, epoch, state.own.with_levels(changes).levels)
             };
-            let mut writer = writer.lock().await;
-            let entry = writer.codec().features(&record);
-            return writer
-                .append(&[entry], self.deadline)
-                .await
-                .map_err(|e| shared_state_failed(&e));
+            return self.commit_shared(record).await;
         }
         let mut state = c.state.lock().await;
         let current = c.snapshot.load_full();
@@ -203,7 +189,7 @@ impl<'a> UpdateSection<'a> {
     /// get here writes it; the others find it written.
     pub async fn seed_shared_state(&self) -> Result<(), UpdateRejection> {
         let c = self.controller;
-        let (Some(writer), Some(node)) = (&self.writer, &c.cluster) else {
+        let Some(node) = &c.cluster else {
             return Ok(());
         };
         if node.shared_features().is_some() {
@@ -211,24 +197,14 @@ impl<'a> UpdateSection<'a> {
         }
         let record = {
             let state = c.state.lock().await;
-            SharedFeatures {
-                version: crate::cluster::records::FEATURES_VERSION,
-                epoch: c.snapshot.load().finalized.epoch + 1,
-                levels: state.own.levels.clone(),
-                upstream_levels: upstream_levels(state.mirror.as_ref()),
-                writer: node.instance_id().to_owned(),
-            }
+            let epoch = c.snapshot.load().finalized.epoch + 1;
+            self.shared_record(&state, epoch, state.own.levels.clone())
         };
         tracing::info!(
             epoch = record.epoch,
             "the kshim cluster has no feature state yet: writing this instance's"
         );
-        let mut writer = writer.lock().await;
-        let entry = writer.codec().features(&record);
-        writer
-            .append(&[entry], self.deadline)
-            .await
-            .map_err(|e| shared_state_failed(&e))
+        self.commit_shared(record).await
     }
 
     /// In a kshim cluster: gives the upstream's current levels an epoch of the
@@ -236,29 +212,52 @@ impl<'a> UpdateSection<'a> {
     /// instance then serves the same epoch for the same levels.
     pub async fn settle_upstream_epoch(&self) -> Result<(), UpdateRejection> {
         let c = self.controller;
-        let (Some(writer), Some(node)) = (&self.writer, &c.cluster) else {
+        let Some(node) = &c.cluster else {
             return Ok(());
         };
         let record = {
             let state = c.state.lock().await;
-            let upstream = upstream_levels(state.mirror.as_ref());
-            let shared = node.shared_features();
-            if shared
-                .as_ref()
-                .is_some_and(|s| s.upstream_levels == upstream)
-                || state.mirror.is_none()
-            {
+            let Some(mirror) = &state.mirror else {
+                return Ok(());
+            };
+            let settled = node
+                .shared_features()
+                .is_some_and(|s| s.upstream_levels == mirror.finalized.levels);
+            if settled {
                 return Ok(());
             }
-            let current = c.snapshot.load_full();
-            let upstream_epoch = state.mirror.as_ref().map_or(0, |m| m.finalized.epoch);
-            SharedFeatures {
-                version: crate::cluster::records::FEATURES_VERSION,
-                epoch: (current.finalized.epoch + 1).max(upstream_epoch),
-                levels: state.own.levels.clone(),
-                upstream_levels: upstream,
-                writer: node.instance_id().to_owned(),
-            }
+            let epoch = (c.snapshot.load().finalized.epoch + 1).max(mirror.finalized.epoch);
+            self.shared_record(&state, epoch, state.own.levels.clone())
+        };
+        self.commit_shared(record).await
+    }
+
+    /// A shared record of kshim's `levels` at `epoch`, cut for the upstream's
+    /// levels as this instance sees them.
+    fn shared_record(
+        &self,
+        state: &OwnState,
+        epoch: i64,
+        levels: BTreeMap<String, i16>,
+    ) -> SharedFeatures {
+        SharedFeatures {
+            version: crate::cluster::records::FEATURES_VERSION,
+            epoch,
+            levels,
+            upstream_levels: upstream_levels(state.mirror.as_ref()),
+            writer: self
+                .controller
+                .cluster
+                .as_ref()
+                .map_or_else(String::new, |n| n.instance_id().to_owned()),
+        }
+    }
+
+    /// Commits `record` through the writer role this section holds, and
+    /// returns once this instance serves it.
+    async fn commit_shared(&self, record: SharedFeatures) -> Result<(), UpdateRejection> {
+        let Some(writer) = &self.writer else {
+            return Ok(());
         };
         let mut writer = writer.lock().await;
         let entry = writer.codec().features(&record);

@@ -230,21 +230,26 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
+def exchange(bootstrap: str, frame: bytes, timeout: float) -> bytes:
+    """Sends one request frame (without its size) on a new connection; returns the response
+    frame (without its size)."""
+    host, port = split_hostport(bootstrap)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+        return _recv_exact(sock, size)
+
+
 def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3) -> ApiVersionsInfo:
     """Send ApiVersions v3 (or v4: the same layout, but supported features whose min is 0 are
     listed too) and decode the response, including the feature tags 0-2."""
     if version not in (3, 4):
         raise ValueError("api_versions speaks ApiVersions v3 and v4 only")
-    host, port = split_hostport(bootstrap)
     client_id = b"kshim-interop"
     header = struct.pack(">hhih", 18, version, 1, len(client_id)) + client_id + b"\x00"
     body = bytes([len(b"kshim-interop") + 1]) + b"kshim-interop" + bytes([2]) + b"0" + b"\x00"
-    frame = header + body
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        resp = _recv_exact(sock, size)
+    resp = exchange(bootstrap, header + body, timeout)
     pos = 4  # correlation id; the ApiVersions response header is always v0
     (error_code,) = struct.unpack_from(">h", resp, pos)
     pos += 2
@@ -287,23 +292,48 @@ def raw_update_features(bootstrap: str, feature: str, level: int, upgrade_type: 
                         validate_only: bool = False, timeout: float = 40.0) -> tuple[int, str]:
     """One UpdateFeatures v1 request on a raw socket (upgrade_type 1 UPGRADE, 2 SAFE_DOWNGRADE):
     (top-level error code, error message or "")."""
-    host, port = split_hostport(bootstrap)
     client_id = b"kshim-interop"
     header = struct.pack(">hhih", 57, 1, 7, len(client_id)) + client_id + b"\x00"
     body = struct.pack(">i", 30000) + encode_uvarint(2)
     body += encode_compact_string(feature) + struct.pack(">hb", level, upgrade_type) + b"\x00"
     body += bytes([1 if validate_only else 0]) + b"\x00"
-    frame = header + body
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        resp = _recv_exact(sock, size)
+    resp = exchange(bootstrap, header + body, timeout)
     pos = 4 + 1 + 4  # correlation id, empty header tags, throttle time
     (code,) = struct.unpack_from(">h", resp, pos)
     n, pos = _uvarint(resp, pos + 2)
     message = resp[pos:pos + n - 1].decode() if n else ""
     return code, message
+
+
+class AdminApi:
+    """kshim's admin API over plain HTTP on loopback, with a bearer token."""
+
+    def __init__(self, port: int, token: str):
+        self.port = port
+        self.token = token
+
+    def call(self, method: str, path: str, body: object | None = None, timeout: float = 40) -> tuple[int, object]:
+        """(status, parsed JSON, or the text when the answer is not JSON)."""
+        import urllib.error
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                status, text = r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read().decode()
+        try:
+            return status, json.loads(text)
+        except json.JSONDecodeError:
+            return status, text
+
+    def get(self, path: str) -> tuple[int, object]:
+        return self.call("GET", path)
 
 
 # --------------------------------------------------------------------------------------------

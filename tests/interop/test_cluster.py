@@ -36,8 +36,6 @@ import signal
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
@@ -85,25 +83,9 @@ def served(bootstrap: str) -> tuple[int, int]:
 # The admin API
 
 
-class Admin:
+class Admin(ke.AdminApi):
     def __init__(self, port: int):
-        self.port = port
-
-    def call(self, method: str, path: str, body: object | None = None) -> tuple[int, object]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=40) as r:
-                status, text = r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            status, text = e.code, e.read().decode()
-        try:
-            return status, json.loads(text)
-        except json.JSONDecodeError:
-            return status, text
+        super().__init__(port, ADMIN_TOKEN)
 
     def cluster(self) -> dict:
         status, doc = self.call("GET", "/admin/cluster")

@@ -47,8 +47,6 @@ import socket
 import struct
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 
@@ -132,23 +130,9 @@ def wait_discovered(proxy: ke.KshimProcess, timeout: float = 30) -> None:
 # kshim's admin API (plain HTTP on loopback, bearer token)
 
 
-class Admin:
+class Admin(ke.AdminApi):
     def __init__(self, port: int):
-        self.port = port
-
-    def get(self, path: str) -> tuple[int, object]:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as r:
-                status, text = r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            status, text = e.code, e.read().decode()
-        try:
-            return status, json.loads(text)
-        except json.JSONDecodeError:
-            return status, text
+        super().__init__(port, ADMIN_TOKEN)
 
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:
         from prometheus_client.parser import text_string_to_metric_families
