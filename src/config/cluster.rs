@@ -221,6 +221,18 @@ mod tests {
     }
 
     #[test]
+    fn the_quick_start_of_docs_cluster_md_is_a_valid_config() {
+        let doc = include_str!("../../docs/cluster.md");
+        let start = doc.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let end = start + doc[start..].find("```").expect("its end");
+        let c = Config::from_toml(&doc[start..end]).unwrap();
+        let mut errors = Vec::new();
+        c.validate(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(c.cluster.unwrap().id, "prod-east");
+    }
+
+    #[test]
     fn a_cluster_needs_an_upstream() {
         let mut errors = Vec::new();
         let c = Config::from_toml("[cluster]\nid = \"east\"\n").unwrap();
