@@ -693,6 +693,101 @@ def test_clients_fail_over_to_another_instance(kafka, members, tmp_path):
             assert wait_until(victim.admin.ready, 60), ke.tail(victim.log_path)
 
 
+LIBRDKAFKA_FAILOVER = r"""
+import json, sys, threading, time
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+bootstrap, topic, records, deadline = sys.argv[1], sys.argv[2], int(sys.argv[3]), time.time() + float(sys.argv[4])
+common = {"bootstrap.servers": bootstrap, "reconnect.backoff.max.ms": 1000, "socket.timeout.ms": 10000}
+acked, failed, consumed = set(), [0], []
+
+def produce():
+    p = Producer({**common, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+                  "message.timeout.ms": 120000})
+    def done(err, msg):
+        if err is None:
+            acked.add(int(msg.value()))
+        else:
+            failed[0] += 1
+    for n in range(records):
+        if time.time() > deadline:
+            break
+        p.produce(topic, key=str(n), value=str(n), on_delivery=done)
+        p.poll(0)
+        time.sleep(0.01)
+    p.flush(max(1.0, deadline - time.time()))
+
+producing = threading.Thread(target=produce)
+producing.start()
+c = Consumer({**common, "group.id": "unused", "enable.auto.commit": False, "isolation.level": "read_committed"})
+partitions = c.list_topics(topic, timeout=30).topics[topic].partitions
+c.assign([TopicPartition(topic, p, -2) for p in partitions])
+next_progress = 0.0
+while time.time() < deadline:
+    m = c.poll(0.2)
+    if m is not None and m.error() is None:
+        consumed.append(int(m.value()))
+    if time.time() >= next_progress:
+        print(json.dumps({"acked": len(acked), "consumed": len(consumed)}), flush=True)
+        next_progress = time.time() + 1
+    if not producing.is_alive() and acked <= set(consumed):
+        break
+c.close()
+producing.join(5)
+print(json.dumps({"done": True, "acked": sorted(acked), "consumed": consumed, "failed": failed[0]}), flush=True)
+"""
+
+
+def test_librdkafka_clients_fail_over_to_another_instance(kafka, members, tmp_path):
+    """(h) The same with confluent-kafka (librdkafka): an idempotent producer and an assigned
+    consumer bootstrapped across A, B, C carry on when the instance they use is killed."""
+    import subprocess
+    import sys
+    from collections import Counter
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = "failover-rd-" + uuid.uuid4().hex[:6]
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap.split(","))
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])
+    finally:
+        admin.close()
+    out_path = tmp_path / "librdkafka.out"
+    bootstrap = ",".join(m.bootstrap for m in members)
+    with open(out_path, "w") as out:
+        client = subprocess.Popen([sys.executable, "-c", LIBRDKAFKA_FAILOVER, bootstrap, topic, "800", "90"],
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    victim = None
+    try:
+        def progress():
+            lines = [json.loads(line) for line in out_path.read_text().splitlines() if line.startswith("{")]
+            return lines[-1] if lines else {}
+
+        assert wait_until(lambda: progress().get("consumed", 0) >= 100, 60), out_path.read_text()[-3000:]
+        mine = ke._socket_inodes(client.pid)
+        used = {m.instance: sum(1 for *_, inode in ke.established_to(m.listening_ports()) if inode in mine)
+                for m in members}
+        victim = max(members, key=lambda m: used[m.instance])
+        assert used[victim.instance] > 0, used
+        at_kill = progress()
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.proc.wait(10)
+        client.wait(120)
+        done = [json.loads(line) for line in out_path.read_text().splitlines() if '"done"' in line][-1]
+        acked, consumed = set(done["acked"]), Counter(done["consumed"])
+        assert len(acked) > at_kill["acked"] + 100, f"production did not go on after the kill: {len(acked)} vs {at_kill}"
+        missing = sorted(acked - set(consumed))
+        twice = sorted(v for v, n in consumed.items() if n > 1)
+        assert not missing and not twice, f"missing {missing[:10]}, consumed twice {twice[:10]}"
+        print(f"(h) librdkafka: killed {victim.instance} ({used[victim.instance]} connections) at {at_kill}; "
+              f"{len(acked)} acknowledged, {sum(consumed.values())} consumed, {done['failed']} failed")
+    finally:
+        ke.stop_process(client)
+        if victim is not None:
+            victim.start()
+            assert wait_until(victim.admin.ready, 60), ke.tail(victim.log_path)
+
+
 def test_leader_loss_pauses_and_loses_nothing(kafka, members, cluster_id):
     """(e) Stop the state partition's leader under steady updates. Last: it moves brokers."""
     a, b, c = members
