@@ -288,6 +288,16 @@ def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3) -> ApiV
     return info
 
 
+def wait_until(check, timeout: float, interval: float = 0.1):
+    """check() until it returns something true, or the timeout; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
 def raw_update_features(bootstrap: str, feature: str, level: int, upgrade_type: int = 1,
                         validate_only: bool = False, timeout: float = 40.0) -> tuple[int, str]:
     """One UpdateFeatures v1 request on a raw socket (upgrade_type 1 UPGRADE, 2 SAFE_DOWNGRADE):
