@@ -268,6 +268,22 @@ impl<'a> UpdateSection<'a> {
     }
 }
 
+/// The finalized kshim-owned levels outside what this instance supports.
+/// Levels kept for features the upstream now owns are not served, so they
+/// cannot make this instance incompatible.
+fn own_incompatibilities(
+    supported: &SupportedFeatures,
+    finalized: &FinalizedFeatures,
+    ownership: &Ownership,
+    mirror: Option<&Mirror>,
+) -> Vec<Incompatibility> {
+    let mut served = finalized.clone();
+    served
+        .levels
+        .retain(|name, _| ownership.owner(name, mirror) == Owner::Kshim);
+    incompatibilities(supported, &served)
+}
+
 /// The upstream's finalized levels in a view, as a shared record keeps them.
 fn upstream_levels(mirror: Option<&Mirror>) -> BTreeMap<String, i16> {
     mirror
@@ -306,13 +322,12 @@ impl FeatureController {
                         });
                     }
                 }
-                // Levels kept for features the upstream now owns are not served,
-                // so they cannot make this instance incompatible.
-                let mut served = stored.finalized.clone();
-                served.levels.retain(|name, _| {
-                    settings.ownership.owner(name, stored.mirror.as_ref()) == Owner::Kshim
-                });
-                let found = incompatibilities(&settings.supported, &served);
+                let found = own_incompatibilities(
+                    &settings.supported,
+                    &stored.finalized,
+                    &settings.ownership,
+                    stored.mirror.as_ref(),
+                );
                 if !found.is_empty() {
                     return Err(ControllerError::Incompatible(found));
                 }
@@ -524,11 +539,12 @@ impl FeatureController {
     pub fn incompatible_with_self(&self) -> Vec<Incompatibility> {
         let snapshot = self.snapshot.load_full();
         let mirror = self.mirror.load_full();
-        let mut served = snapshot.finalized.clone();
-        served
-            .levels
-            .retain(|name, _| self.ownership.owner(name, mirror.as_ref().as_ref()) == Owner::Kshim);
-        incompatibilities(&self.own_supported, &served)
+        own_incompatibilities(
+            &self.own_supported,
+            &snapshot.finalized,
+            &self.ownership,
+            mirror.as_ref().as_ref(),
+        )
     }
 
     /// Applies a shared feature state read from the state topic: kshim's own
