@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod features;
+pub mod framing;
 pub mod handlers;
 pub mod metrics;
 pub mod policy;

@@ -87,15 +87,22 @@ pub enum Closure {
     Idle,
     /// A frame started and did not arrive whole within `frame_read_timeout_ms`.
     FrameTimeout,
+    /// A forwarded request was not answered within `upstream.request_timeout_ms`.
+    UpstreamTimeout,
 }
 
 impl Closure {
-    const ALL: [Closure; 2] = [Closure::Idle, Closure::FrameTimeout];
+    const ALL: [Closure; 3] = [
+        Closure::Idle,
+        Closure::FrameTimeout,
+        Closure::UpstreamTimeout,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Closure::Idle => "idle",
             Closure::FrameTimeout => "frame_timeout",
+            Closure::UpstreamTimeout => "upstream_timeout",
         }
     }
 }
@@ -166,6 +173,8 @@ pub struct Metrics {
     sasl_authentications: AtomicU64,
     reloads_applied: [AtomicU64; 2],
     reloads_refused: [AtomicU64; 2],
+    /// The global frame budget, once the listeners have one.
+    frame_budget: std::sync::OnceLock<Arc<crate::server::budget::FrameBudget>>,
 }
 
 impl Default for Metrics {
@@ -200,7 +209,13 @@ impl Metrics {
             sasl_authentications: AtomicU64::new(0),
             reloads_applied: std::array::from_fn(|_| AtomicU64::new(0)),
             reloads_refused: std::array::from_fn(|_| AtomicU64::new(0)),
+            frame_budget: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Reports on `budget` from now on.
+    pub fn watch_frame_budget(&self, budget: &Arc<crate::server::budget::FrameBudget>) {
+        let _ = self.frame_budget.set(Arc::clone(budget));
     }
 
     /// One request, from the moment it was read to the moment its response was
@@ -379,7 +394,7 @@ impl Metrics {
             o,
             "kshim_connections_closed_total",
             "counter",
-            "Client connections kshim closed for holding resources without using them, by reason.",
+            "Client connections kshim closed for holding resources without using them, or for an upstream that did not answer, by reason.",
         );
         for why in Closure::ALL {
             let _ = writeln!(
@@ -388,6 +403,29 @@ impl Metrics {
                 why.label(),
                 self.connections_closed[why as usize].load(Ordering::Relaxed)
             );
+        }
+        if let Some(budget) = self.frame_budget.get() {
+            header(
+                o,
+                "kshim_queued_request_bytes",
+                "gauge",
+                "Bytes of request frames held now: being read, or queued for an upstream broker.",
+            );
+            let _ = writeln!(o, "kshim_queued_request_bytes {}", budget.held());
+            header(
+                o,
+                "kshim_queued_request_bytes_max",
+                "gauge",
+                "The global budget for request frame bytes (max_queued_request_bytes).",
+            );
+            let _ = writeln!(o, "kshim_queued_request_bytes_max {}", budget.total());
+            header(
+                o,
+                "kshim_frame_budget_waits_total",
+                "counter",
+                "Frames whose reading waited for the global budget.",
+            );
+            let _ = writeln!(o, "kshim_frame_budget_waits_total {}", budget.waits());
         }
         header(
             o,

@@ -90,6 +90,7 @@ impl Proxy {
         let (refresh_tx, refresh_requests) = mpsc::unbounded_channel();
         let link = LinkSettings {
             connect_timeout: Duration::from_millis(upstream_config.connect_timeout_ms),
+            request_timeout: Duration::from_millis(upstream_config.request_timeout_ms),
             max_response_bytes: upstream_config.max_response_bytes,
             tls: upstream_tls,
             sasl: upstream_config.sasl.clone(),
@@ -161,6 +162,7 @@ impl Proxy {
             }
         }
         let limits = limits(config, Some(upstream_config));
+        context.metrics.watch_frame_budget(&limits.budget);
         Ok(Proxy {
             listener,
             local_addr,

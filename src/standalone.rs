@@ -10,6 +10,7 @@ use crate::handlers::{Authorizer, Context, NodeAddress};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
+use crate::server::budget::FrameBudget;
 use crate::server::{self, admission, Limits};
 use crate::store::{FileStore, StoreError};
 use crate::tls::{TlsCell, TlsMaterial};
@@ -84,6 +85,7 @@ impl Standalone {
             metrics,
         });
         let limits = limits(config, None);
+        context.metrics.watch_frame_budget(&limits.budget);
         Ok(Standalone {
             listener,
             local_addr,
@@ -191,6 +193,8 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
             .collect(),
         idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
         frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
+        request_timeout: Duration::from_millis(upstream.map_or(30_000, |u| u.request_timeout_ms)),
+        budget: FrameBudget::new(config.max_queued_request_bytes),
         ..Limits::default()
     }
 }

@@ -15,7 +15,7 @@ use tokio_util::codec::Framed;
 
 mod stream;
 
-pub use stream::{connect, Stream};
+pub use stream::{connect, keepalive, Stream};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -37,6 +37,7 @@ pub async fn connect(
             .await
             .map_err(|e| e.to_string())?;
         let _ = tcp.set_nodelay(true);
+        keepalive(&tcp);
         let Some(material) = tls else {
             return Ok(Stream::Plain(tcp));
         };
@@ -108,5 +109,18 @@ impl AsyncWrite for Stream {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
+    }
+}
+
+/// Turns on TCP keepalive: a peer that vanishes without a reset (a host that
+/// lost power, a dropped route) is noticed within about two minutes, instead of
+/// holding the connection and its descriptor for ever.
+pub fn keepalive(tcp: &TcpStream) {
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(60))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(6);
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&probes) {
+        tracing::debug!("TCP keepalive not set: {e}");
     }
 }

@@ -41,6 +41,9 @@ pub struct Config {
     pub connections_max_idle_ms: u64,
     /// A frame that has started must arrive whole within this long.
     pub frame_read_timeout_ms: u64,
+    /// Bytes of request frames held at once across every connection (Kafka's
+    /// `queued.max.request.bytes`).
+    pub max_queued_request_bytes: usize,
     /// File descriptors kept back from client connections, for the store, the
     /// admin API and kshim's own upstream connections.
     pub descriptor_reserve: usize,
@@ -98,6 +101,9 @@ pub struct UpstreamConfig {
     pub bootstrap: Vec<String>,
     pub refresh_interval_ms: u64,
     pub connect_timeout_ms: u64,
+    /// A forwarded request unanswered for this long closes its client's
+    /// connection (Kafka's `request.timeout.ms`).
+    pub request_timeout_ms: u64,
     /// The largest response accepted from a broker.
     pub max_response_bytes: usize,
     /// Broker ids kshim opens listeners for; a Metadata answer naming more is
@@ -126,6 +132,7 @@ impl Default for UpstreamConfig {
             bootstrap: Vec::new(),
             refresh_interval_ms: 5_000,
             connect_timeout_ms: 5_000,
+            request_timeout_ms: 30_000,
             max_response_bytes: 256 * 1024 * 1024,
             max_brokers: 1_000,
             listener_grace_ms: 300_000,
@@ -153,6 +160,7 @@ impl Default for Config {
             max_connections_per_ip_overrides: BTreeMap::new(),
             connections_max_idle_ms: 600_000,
             frame_read_timeout_ms: 60_000,
+            max_queued_request_bytes: crate::server::default_queued_request_bytes(),
             descriptor_reserve: 256,
             draft_tags: true,
             supported: None,
@@ -461,6 +469,9 @@ impl Config {
             {
                 c.frame_read_timeout_ms = v;
             }
+            if let Some(v) = top.int::<usize>("max_queued_request_bytes", "a positive size") {
+                c.max_queued_request_bytes = v;
+            }
             if let Some(v) = top.int::<usize>("descriptor_reserve", "a count of descriptors") {
                 c.descriptor_reserve = v;
             }
@@ -592,6 +603,15 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        if self.max_queued_request_bytes < self.max_frame_bytes {
+            errors.push(ConfigError::new(
+                "max_queued_request_bytes",
+                format!(
+                    "{} is below max_frame_bytes ({}): a frame of the largest size could never be read",
+                    self.max_queued_request_bytes, self.max_frame_bytes
+                ),
+            ));
+        }
         if let Some(alter) = &self.alter_cluster {
             for p in alter {
                 if !p.contains(':') {
@@ -627,6 +647,12 @@ impl Config {
             if u.connect_timeout_ms == 0 {
                 errors.push(ConfigError::new(
                     "upstream.connect_timeout_ms",
+                    "must be at least 1",
+                ));
+            }
+            if u.request_timeout_ms == 0 {
+                errors.push(ConfigError::new(
+                    "upstream.request_timeout_ms",
                     "must be at least 1",
                 ));
             }

@@ -18,6 +18,9 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> 
     if let Some(v) = w.int::<u64>("connect_timeout_ms", "a positive number of milliseconds") {
         u.connect_timeout_ms = v;
     }
+    if let Some(v) = w.int::<u64>("request_timeout_ms", "a positive number of milliseconds") {
+        u.request_timeout_ms = v;
+    }
     if let Some(v) = w.int::<usize>("max_response_bytes", "a positive size") {
         u.max_response_bytes = v;
     }

@@ -7,7 +7,7 @@
 //!   the client's own bytes (`Entries::narrowed`), and the broker's results are
 //!   merged with kshim's in request order.
 
-use super::forward::{self, AfterResponse, Forward};
+use super::forward::{self, AfterResponse, Forward, Then};
 use super::{Action, HandlerError};
 use crate::controller::ConfigPass;
 use crate::features::FinalizedFeatures;
@@ -64,14 +64,16 @@ pub(super) fn settle(
     frame.put_slice(&body);
     Ok(Action::Forward(Forward {
         frame: frame.freeze(),
-        api,
-        version,
         correlation_id: request.header.correlation_id,
         expects_response: true,
-        hold: None,
-        after: AfterResponse::Merge(Box::new(move |upstream| {
-            results::merge(api, version, upstream, &slots)
-        })),
+        then: Then {
+            api,
+            version,
+            hold: None,
+            after: AfterResponse::Merge(Box::new(move |upstream| {
+                results::merge(api, version, upstream, &slots)
+            })),
+        },
     }))
 }
 
@@ -95,7 +97,7 @@ pub(super) fn at_every_level<T>(
 pub(super) fn holding(action: Action, pass: Option<ConfigPass>) -> Action {
     match (action, pass) {
         (Action::Forward(mut fw), Some(pass)) => {
-            fw.hold = Some(Box::new(pass));
+            fw.then.hold = Some(Box::new(pass));
             Action::Forward(fw)
         }
         (action, _) => action,

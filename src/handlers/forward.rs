@@ -12,25 +12,32 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
 /// A request on its way to the upstream.
+#[derive(Debug)]
 pub struct Forward {
-    /// The request frame, without its size prefix, exactly as the client sent it.
+    /// The request frame, without its size prefix, exactly as the client sent it
+    /// (or narrowed to the items kshim let through).
     pub frame: Bytes,
-    pub api: ApiKey,
-    pub version: i16,
     pub correlation_id: i32,
     pub expects_response: bool,
+    /// What the connection's session does with the response.
+    pub then: Then,
+}
+
+/// What a forwarded request's response needs: which API and version it
+/// answers, what is done to it, and what is kept until it comes.
+pub struct Then {
+    pub api: ApiKey,
+    pub version: i16,
     pub after: AfterResponse,
     /// Kept until the response has come back (or the request is dropped).
     pub hold: Option<Box<dyn std::any::Any + Send>>,
 }
 
-impl std::fmt::Debug for Forward {
+impl std::fmt::Debug for Then {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Forward")
+        f.debug_struct("Then")
             .field("api", &self.api)
             .field("version", &self.version)
-            .field("correlation_id", &self.correlation_id)
-            .field("expects_response", &self.expects_response)
             .field("after", &self.after)
             .field("holds", &self.hold.is_some())
             .finish()
@@ -48,6 +55,8 @@ pub enum AfterResponse {
     RewriteAddresses,
     /// kshim answered some items itself; their results are merged in.
     Merge(MergeFn),
+    /// A SASL exchange kshim reads along, to learn the client's principal.
+    ReadSasl,
 }
 
 impl std::fmt::Debug for AfterResponse {
@@ -56,6 +65,7 @@ impl std::fmt::Debug for AfterResponse {
             AfterResponse::PassOn => "PassOn",
             AfterResponse::RewriteAddresses => "RewriteAddresses",
             AfterResponse::Merge(_) => "Merge(..)",
+            AfterResponse::ReadSasl => "ReadSasl",
         })
     }
 }
@@ -81,12 +91,14 @@ pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
     };
     Action::Forward(Forward {
         frame,
-        api,
-        version,
         correlation_id: peek.correlation_id,
         expects_response,
-        after,
-        hold: None,
+        then: Then {
+            api,
+            version,
+            after,
+            hold: None,
+        },
     })
 }
 

@@ -13,6 +13,7 @@ pub mod forward;
 pub mod incremental_alter_configs;
 pub mod metadata;
 pub mod sasl;
+pub mod session;
 pub mod update_features;
 
 use crate::controller::FeatureController;

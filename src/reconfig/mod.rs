@@ -134,7 +134,7 @@ pub struct Validation {
 
 /// Keys whose changes need a restart, with everything below them. A dynamic
 /// component's keys are claimed first; these catch the rest.
-const RESTART_KEYS: [&str; 19] = [
+const RESTART_KEYS: [&str; 20] = [
     "listen",
     "cluster",
     "advertised_listener",
@@ -147,6 +147,7 @@ const RESTART_KEYS: [&str; 19] = [
     "max_connections_per_ip_overrides",
     "connections_max_idle_ms",
     "frame_read_timeout_ms",
+    "max_queued_request_bytes",
     "descriptor_reserve",
     "discovery",
     "features",
@@ -181,7 +182,7 @@ fn upstream_rest(c: &Config) -> Option<crate::config::UpstreamConfig> {
 }
 
 /// Each restart-only setting, by the name the change reports.
-fn restart_checks() -> [(&'static str, Same); 24] {
+fn restart_checks() -> [(&'static str, Same); 25] {
     [
         ("cluster", |a, b| a.cluster == b.cluster),
         ("listen", |a, b| a.listen == b.listen),
@@ -208,6 +209,9 @@ fn restart_checks() -> [(&'static str, Same); 24] {
         }),
         ("frame_read_timeout_ms", |a, b| {
             a.frame_read_timeout_ms == b.frame_read_timeout_ms
+        }),
+        ("max_queued_request_bytes", |a, b| {
+            a.max_queued_request_bytes == b.max_queued_request_bytes
         }),
         ("descriptor_reserve", |a, b| {
             a.descriptor_reserve == b.descriptor_reserve

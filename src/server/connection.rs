@@ -1,46 +1,58 @@
-//! One client connection: frames in, each turned into a reply that is queued in
-//! arrival order, replies written in that same order (Kafka clients pipeline
-//! requests and match responses by order as well as by correlation id).
+//! One client connection, served by one task that also drives the connection's
+//! upstream link: frames in, each turned into a reply kept in arrival order,
+//! replies written in that same order (Kafka clients pipeline requests and match
+//! responses by order as well as by correlation id). A forwarded request is
+//! queued on the upstream link at once, in arrival order, so that the broker sees
+//! the client's order too; its reply is the broker's response as the session
+//! makes it safe to hand on.
 //!
-//! A forwarded request is handed to the upstream link at once, in arrival order,
-//! so that the broker sees the client's order too; its reply is the broker's
-//! response, rewritten where it names brokers.
+//! Nothing here reads past a frame's API key and version (kept for the metrics):
+//! what a request means, and what becomes of its response, is the session's
+//! business (`handlers::session`).
+//!
+//! Backpressure: a frame is read only when the connection has room for it (fewer
+//! than `max_in_flight` requests waiting for a reply or, with no reply due, for
+//! their turn on the upstream socket; the upstream queue under its byte bound)
+//! and the global frame budget has its bytes. Otherwise the client's socket is
+//! left unread, and TCP slows the client down.
 
+use super::budget::Reservation;
 use super::Limits;
-use crate::handlers::forward::{AfterResponse, MergeFn};
-use crate::handlers::sasl::{self, SaslExchange, SaslVerdict};
-use crate::handlers::{dispatch, Action, Context, Peer};
+use crate::framing::{FrameReader, Outbox};
+use crate::handlers::forward::Then;
+use crate::handlers::session::Session;
+use crate::handlers::{Action, Context, Peer};
 use crate::metrics::{Closure, Outcome};
-use crate::protocol::response::{response_body_offset, with_new_body};
-use crate::protocol::CodecError;
-use crate::protocol::FrameCodec;
-use crate::upstream::link::write_frame;
-use crate::upstream::{Route, UpstreamLink};
+use crate::upstream::UpstreamLink;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::stream::FuturesOrdered;
-use futures::FutureExt;
-use futures::StreamExt;
-use kafka_protocol::messages::ApiKey;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
-use tokio_util::codec::FramedRead;
+use tokio::time::Sleep;
 
-/// A request on its way to its reply: what the metrics, and the SASL reader,
-/// need to know of it.
+/// Bytes queued for the upstream and not yet written above which no further
+/// frame is read from the client.
+const MAX_LINK_QUEUE_BYTES: usize = 1 << 20;
+
+/// How long a closing connection may take to write the replies it has.
+const FINAL_FLUSH: Duration = Duration::from_secs(1);
+
+/// A request on its way to its reply: what the metrics need to know of it.
 #[derive(Clone, Copy)]
 struct Timing {
     api_key: i16,
     version: i16,
     read_at: Instant,
-    /// A SASL request the upstream answers; its answer goes to `SaslExchange`.
-    sasl: bool,
 }
 
 impl Timing {
-    fn of(frame: &[u8]) -> Timing {
+    fn of(frame: &[u8], read_at: Instant) -> Timing {
         let field = |at: usize| {
             frame
                 .get(at..at + 2)
@@ -49,8 +61,7 @@ impl Timing {
         Timing {
             api_key: field(0),
             version: field(2),
-            read_at: Instant::now(),
-            sasl: false,
+            read_at,
         }
     }
 }
@@ -64,186 +75,419 @@ enum Reply {
     Close(String),
 }
 
-/// Serves one connection over its two halves: a TCP stream's own halves, or
-/// those of a TLS stream.
-pub(super) async fn run<R, W>(
-    read_half: R,
-    write_half: W,
+/// Where one request's reply stands.
+enum Slot {
+    Ready(Reply, Outcome),
+    /// Answered by kshim once the future resolves.
+    Later(BoxFuture<'static, Action>),
+    /// Waiting for the upstream's response.
+    Upstream(Then),
+}
+
+struct Entry {
+    timing: Timing,
+    slot: Slot,
+}
+
+/// Serves one connection (a TCP stream, or a TLS stream over one).
+pub(super) async fn run<S>(
+    stream: S,
     peer: Peer,
     ctx: Arc<Context>,
     limits: &Limits,
     mut shutdown: watch::Receiver<bool>,
 ) where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     let addr = peer.addr;
-    // Replaced when the client authenticates with SASL through kshim.
-    let mut peer = Arc::new(peer);
-    let mut sasl = SaslExchange::default();
-    let mut frames = FramedRead::new(read_half, FrameCodec::new(limits.max_frame_bytes));
-    let mut out = BufWriter::new(write_half);
-    let mut in_flight: FuturesOrdered<BoxFuture<'static, (Reply, Outcome, Timing)>> =
-        FuturesOrdered::new();
-    let metrics = Arc::clone(&ctx.metrics);
-    let mut reading = true;
-    let mut link: Option<UpstreamLink> = None;
-    // A connection to a broker's listener ends when that broker leaves or moves.
-    let mut broker_gone = match (peer.route, &ctx.upstream) {
-        (Route::Node(id), Some(u)) => u.listeners.watch(id),
-        _ => None,
+    let session = Session::new(ctx, peer);
+    let mut broker_gone = session.broker_watch();
+    tracing::debug!(peer = %addr, route = ?session.peer().route, "connection opened");
+    let mut conn = Connection {
+        io: stream,
+        frames: FrameReader::new(limits.max_frame_bytes),
+        out: Outbox::default(),
+        slots: VecDeque::new(),
+        front_seq: 0,
+        awaiting: VecDeque::new(),
+        laters: 0,
+        link: None,
+        reservation: Reservation::new(&limits.budget),
+        queued_held: 0,
+        reading: true,
+        last_activity: Instant::now(),
+        timer: Box::pin(tokio::time::sleep(limits.idle_timeout)),
+        limits,
+        session,
     };
-    tracing::debug!(peer = %addr, route = ?peer.route, "connection opened");
-    // The idle and unfinished-frame deadlines share one timer. It is moved only
-    // when it must fire sooner; firing early, it has the deadline worked out again.
-    let mut last_activity = Instant::now();
-    let timer = tokio::time::sleep(limits.idle_timeout);
-    tokio::pin!(timer);
-
     let reason: String = loop {
-        if !reading && in_flight.is_empty() {
-            break "peer closed".into();
-        }
-        let accepting = reading && in_flight.len() < limits.max_in_flight;
-        let partial = frames.decoder().partial_since();
-        let deadline = match partial {
-            Some(started) if accepting => Some(started + limits.frame_timeout),
-            _ if in_flight.is_empty() => Some(last_activity + limits.idle_timeout),
-            _ => None,
-        };
-        if let Some(d) = deadline {
-            let d = tokio::time::Instant::from_std(d);
-            if d < timer.deadline() {
-                timer.as_mut().reset(d);
-            }
-        }
         tokio::select! {
-            biased;
-            Some((reply, outcome, timing)) = in_flight.next(), if !in_flight.is_empty() => {
-                metrics.request(timing.api_key, timing.version, outcome, timing.read_at.elapsed());
-                if let (true, Reply::Unprefixed(frame)) = (timing.sasl, &reply) {
-                    match sasl.response(frame) {
-                        Ok(Some(principal)) => {
-                            tracing::debug!(peer = %addr, %principal, "SASL authentication accepted by the upstream");
-                            metrics.sasl_authenticated();
-                            peer = Arc::new(Peer { principal, ..(*peer).clone() });
-                        }
-                        Ok(None) => {}
-                        Err(why) => break why,
-                    }
-                }
-                let written = match reply {
-                    Reply::Prefixed(frame) => {
-                        metrics.sent(frame.len());
-                        out.write_all(&frame).await
-                    }
-                    Reply::Unprefixed(frame) => {
-                        metrics.sent(frame.len() + 4);
-                        write_frame(&mut out, &frame).await
-                    }
-                    Reply::Close(why) => break why,
-                };
-                if let Err(e) = written {
-                    break format!("write failed: {e}");
-                }
-                last_activity = Instant::now();
-                if in_flight.is_empty() {
-                    if let Err(e) = out.flush().await {
-                        break format!("flush failed: {e}");
-                    }
-                }
-            }
-            event = next_frame(&mut frames, partial), if accepting => match event {
-                // The loop sets the frame's deadline.
-                FrameEvent::Started => {}
-                FrameEvent::Frame(Some(Ok(frame))) => {
-                    last_activity = Instant::now();
-                    metrics.received(frame.len() + 4);
-                    let mut timing = Timing::of(&frame);
-                    if ctx.upstream.is_some() && sasl::reads(timing.api_key) {
-                        match sasl.request(&frame) {
-                            SaslVerdict::Forward => timing.sasl = true,
-                            SaslVerdict::Refuse(answer) => {
-                                in_flight.push_back(Box::pin(std::future::ready((
-                                    Reply::Prefixed(answer),
-                                    Outcome::Rejected,
-                                    timing,
-                                ))));
-                                continue;
-                            }
-                            SaslVerdict::Close(why) => {
-                                tracing::info!(peer = %addr, principal = %peer.principal, "SASL exchange refused: {why}");
-                                break why;
-                            }
-                        }
-                    }
-                    match reply_to(dispatch(&ctx, &peer, frame), &ctx, &peer, &mut link) {
-                        Some(reply) => in_flight.push_back(Box::pin(
-                            reply.map(move |(reply, outcome)| (reply, outcome, timing)),
-                        )),
-                        // A request with no response (Produce with acks=0) went upstream.
-                        None => metrics.request(timing.api_key, timing.version, Outcome::Forwarded, timing.read_at.elapsed()),
-                    }
-                }
-                FrameEvent::Frame(Some(Err(e))) => break e.to_string(),
-                FrameEvent::Frame(None) => reading = false,
-            },
-            // Broker-side state (SASL authentication, for one) lives on the upstream
-            // connection; once it ends, the client must start over on a new one.
-            _ = link_closed(&link), if link.is_some() => {
-                break "the upstream connection ended".into();
-            }
+            reason = std::future::poll_fn(|cx| conn.poll_serve(cx)) => break reason,
+            _ = super::stopped(&mut shutdown), if conn.reading => conn.reading = false,
             _ = gone(&mut broker_gone), if broker_gone.is_some() => {
                 break "the upstream broker behind this listener left or moved".into();
             }
-            _ = super::stopped(&mut shutdown), if reading => reading = false,
-            () = &mut timer => {
-                match deadline {
-                    Some(d) if Instant::now() >= d => {
-                        let (why, text) = if partial.is_some() && accepting {
-                            (Closure::FrameTimeout, format!("a frame did not arrive whole within {:?} (frame_read_timeout_ms)", limits.frame_timeout))
-                        } else {
-                            (Closure::Idle, format!("idle for {:?} (connections_max_idle_ms)", limits.idle_timeout))
-                        };
-                        metrics.connection_closed(why);
-                        break text;
-                    }
-                    _ => timer.as_mut().reset(tokio::time::Instant::now() + limits.idle_timeout),
-                }
-            }
         }
     };
-    let _ = out.flush().await;
+    // The replies already in order go out, if the client takes them promptly.
+    conn.link = None;
+    let flush = std::future::poll_fn(|cx| conn.out.poll_write(&mut conn.io, cx, |_, _| {}));
+    let _ = tokio::time::timeout(FINAL_FLUSH, flush).await;
     tracing::debug!(peer = %addr, "connection closed: {reason}");
 }
 
-/// What reading the client's socket brought.
-enum FrameEvent {
-    /// A whole frame, an error, or the end of the stream.
-    Frame(Option<Result<Bytes, crate::protocol::frame::FrameError>>),
-    /// The first bytes of a frame arrived; the rest has not.
-    Started,
+struct Connection<'a, S> {
+    io: S,
+    frames: FrameReader,
+    /// Replies for the client, written in order.
+    out: Outbox,
+    /// One entry per request read and not yet replied to, in arrival order.
+    slots: VecDeque<Entry>,
+    /// The sequence number of `slots[0]`.
+    front_seq: u64,
+    /// The sequence numbers of the `Upstream` slots, in the order their
+    /// responses will come.
+    awaiting: VecDeque<u64>,
+    /// `Later` slots.
+    laters: usize,
+    link: Option<UpstreamLink>,
+    /// This connection's share of the global frame budget: the frame being read,
+    /// and frames queued on the link until written.
+    reservation: Reservation,
+    /// The part of `reservation` held for frames queued on the link.
+    queued_held: usize,
+    reading: bool,
+    last_activity: Instant,
+    /// The idle, unfinished-frame and upstream deadlines share one timer. It is
+    /// moved only when it must fire sooner; firing early, it has the deadline
+    /// worked out again.
+    timer: Pin<Box<Sleep>>,
+    limits: &'a Limits,
+    session: Session,
 }
 
-/// The next frame, or word that one has started (so that its deadline is set
-/// from its first byte). `seen` is the start the caller already knows of.
-fn next_frame<'a, R: AsyncRead + Unpin>(
-    frames: &'a mut FramedRead<R, FrameCodec>,
-    seen: Option<Instant>,
-) -> impl std::future::Future<Output = FrameEvent> + 'a {
-    futures::future::poll_fn(move |cx| match frames.poll_next_unpin(cx) {
-        std::task::Poll::Ready(frame) => std::task::Poll::Ready(FrameEvent::Frame(frame)),
-        std::task::Poll::Pending if frames.decoder().partial_since() != seen => {
-            std::task::Poll::Ready(FrameEvent::Started)
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
+    /// Makes every step that can be made now; resolves with the reason the
+    /// connection ends.
+    fn poll_serve(&mut self, cx: &mut TaskContext<'_>) -> Poll<String> {
+        loop {
+            let mut progress = false;
+            if let Err(why) = self.poll_upstream(cx, &mut progress) {
+                return Poll::Ready(why);
+            }
+            self.poll_laters(cx, &mut progress);
+            if let Some(why) = self.take_replies(&mut progress) {
+                return Poll::Ready(why);
+            }
+            let before = self.out.bytes();
+            match self.out.poll_write(&mut self.io, cx, |_, _| {}) {
+                Poll::Ready(Err(e)) => return Poll::Ready(format!("write failed: {e}")),
+                _ if self.out.bytes() != before => {
+                    self.last_activity = Instant::now();
+                    progress = true;
+                }
+                _ => {}
+            }
+            if let Err(why) = self.poll_requests(cx, &mut progress) {
+                return Poll::Ready(why);
+            }
+            if !self.reading
+                && self.slots.is_empty()
+                && self.out.is_empty()
+                && self.link.as_ref().is_none_or(|l| l.unsent_bytes() == 0)
+            {
+                return Poll::Ready(if self.frames.at_eof() {
+                    "peer closed".into()
+                } else {
+                    "shutting down".into()
+                });
+            }
+            if let Some(why) = self.poll_deadline(cx, &mut progress) {
+                return Poll::Ready(why);
+            }
+            if !progress {
+                return Poll::Pending;
+            }
         }
-        std::task::Poll::Pending => std::task::Poll::Pending,
-    })
-}
+    }
 
-async fn link_closed(link: &Option<UpstreamLink>) {
-    match link {
-        Some(l) => l.closed().await,
-        None => std::future::pending::<()>().await,
+    /// Writes queued requests upstream and takes in the responses.
+    fn poll_upstream(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        progress: &mut bool,
+    ) -> Result<(), String> {
+        let Some(link) = self.link.as_mut() else {
+            return Ok(());
+        };
+        let mut written = 0;
+        loop {
+            match link.poll_response(cx, |n| written += n) {
+                Poll::Pending => break,
+                Poll::Ready(Err(e)) => return Err(format!("the upstream connection ended: {e}")),
+                Poll::Ready(Ok(frame)) => {
+                    *progress = true;
+                    let Some(seq) = self.awaiting.pop_front() else {
+                        return Err("an upstream response for no request".into());
+                    };
+                    let entry = &mut self.slots[(seq - self.front_seq) as usize];
+                    let Slot::Upstream(_) = &entry.slot else {
+                        return Err("an upstream response for a request answered already".into());
+                    };
+                    let Slot::Upstream(then) = std::mem::replace(
+                        &mut entry.slot,
+                        Slot::Ready(Reply::Close(String::new()), Outcome::Forwarded),
+                    ) else {
+                        unreachable!("checked above")
+                    };
+                    let reply = match self.session.response(then, frame) {
+                        Ok(frame) => Reply::Unprefixed(frame),
+                        Err(why) => Reply::Close(why),
+                    };
+                    entry.slot = Slot::Ready(reply, Outcome::Forwarded);
+                }
+            }
+        }
+        if written > 0 {
+            *progress = true;
+            let back = written.min(self.queued_held);
+            self.queued_held -= back;
+            self.reservation.give_back(back);
+        }
+        Ok(())
+    }
+
+    /// Polls the answers kshim gives later.
+    fn poll_laters(&mut self, cx: &mut TaskContext<'_>, progress: &mut bool) {
+        if self.laters == 0 {
+            return;
+        }
+        for entry in self.slots.iter_mut() {
+            let Slot::Later(answer) = &mut entry.slot else {
+                continue;
+            };
+            let Poll::Ready(action) = answer.as_mut().poll(cx) else {
+                continue;
+            };
+            self.laters -= 1;
+            *progress = true;
+            entry.slot = match action {
+                Action::Respond(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Answered),
+                Action::Refused(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected),
+                Action::Close(why) => Slot::Ready(Reply::Close(why), Outcome::Rejected),
+                other => Slot::Ready(
+                    Reply::Close(format!("a deferred answer cannot be {other:?}")),
+                    Outcome::Rejected,
+                ),
+            };
+        }
+    }
+
+    /// Moves the replies that are ready, in order, to the client's outbox; the
+    /// reason to close when one of them says so.
+    fn take_replies(&mut self, progress: &mut bool) -> Option<String> {
+        while matches!(
+            self.slots.front(),
+            Some(Entry {
+                slot: Slot::Ready(..),
+                ..
+            })
+        ) {
+            let Some(Entry {
+                timing,
+                slot: Slot::Ready(reply, outcome),
+            }) = self.slots.pop_front()
+            else {
+                unreachable!("checked above")
+            };
+            self.front_seq += 1;
+            *progress = true;
+            let metrics = self.session.metrics();
+            metrics.request(
+                timing.api_key,
+                timing.version,
+                outcome,
+                timing.read_at.elapsed(),
+            );
+            match reply {
+                Reply::Prefixed(frame) => {
+                    metrics.sent(frame.len());
+                    self.out.push_prefixed(frame, 0, timing.read_at);
+                }
+                Reply::Unprefixed(frame) => {
+                    metrics.sent(frame.len() + 4);
+                    self.out.push_unprefixed(frame, 0, timing.read_at);
+                }
+                Reply::Close(why) => return Some(why),
+            }
+        }
+        None
+    }
+
+    /// Whether a new frame may be read now.
+    fn has_room(&self) -> bool {
+        let (unanswered, queued) = self
+            .link
+            .as_ref()
+            .map_or((0, 0), |l| (l.unsent_unanswered(), l.unsent_bytes()));
+        self.reading
+            && self.slots.len() + unanswered < self.limits.max_in_flight
+            && queued < MAX_LINK_QUEUE_BYTES
+    }
+
+    /// Reads and acts on the client's requests while there is room for them.
+    fn poll_requests(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        progress: &mut bool,
+    ) -> Result<(), String> {
+        while self.has_room() {
+            let reservation = &mut self.reservation;
+            let frame = match self
+                .frames
+                .poll_frame(&mut self.io, cx, |n, cx| reservation.poll_take(n, cx))
+            {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(Err(e)) => return Err(e.to_string()),
+                Poll::Ready(Ok(None)) => {
+                    self.client_gone();
+                    *progress = true;
+                    return Ok(());
+                }
+                Poll::Ready(Ok(Some(frame))) => frame,
+            };
+            *progress = true;
+            let now = Instant::now();
+            self.last_activity = now;
+            let size = frame.len();
+            self.session.metrics().received(size + 4);
+            let timing = Timing::of(&frame, now);
+            let action = self.session.request(frame);
+            let mut kept = 0;
+            let slot = match action {
+                Action::Respond(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Answered),
+                Action::Refused(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected),
+                Action::Close(why) => Slot::Ready(Reply::Close(why), Outcome::Rejected),
+                Action::Later(answer) => {
+                    self.laters += 1;
+                    Slot::Later(answer)
+                }
+                Action::Forward(fw) => {
+                    let link = match &mut self.link {
+                        Some(link) => link,
+                        None => match self.session.open_link() {
+                            Ok(link) => self.link.insert(link),
+                            Err(why) => {
+                                self.push(
+                                    timing,
+                                    Slot::Ready(Reply::Close(why), Outcome::Forwarded),
+                                );
+                                self.reservation.give_back(size);
+                                continue;
+                            }
+                        },
+                    };
+                    kept = fw.frame.len().min(size);
+                    link.send(fw.frame, fw.correlation_id, fw.expects_response, now);
+                    if fw.expects_response {
+                        self.awaiting
+                            .push_back(self.front_seq + self.slots.len() as u64);
+                        Slot::Upstream(fw.then)
+                    } else {
+                        // No response is due (Produce with acks=0).
+                        self.session.metrics().request(
+                            timing.api_key,
+                            timing.version,
+                            Outcome::Forwarded,
+                            now.elapsed(),
+                        );
+                        self.queued_held += kept;
+                        self.reservation.give_back(size - kept);
+                        continue;
+                    }
+                }
+            };
+            self.queued_held += kept;
+            self.reservation.give_back(size - kept);
+            self.push(timing, slot);
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, timing: Timing, slot: Slot) {
+        self.slots.push_back(Entry { timing, slot });
+    }
+
+    /// The client closed its side: its upstream link goes at once, and the
+    /// replies that do not need it are still written.
+    fn client_gone(&mut self) {
+        self.reading = false;
+        self.link = None;
+        self.awaiting.clear();
+        for entry in self.slots.iter_mut() {
+            if let Slot::Upstream(_) = entry.slot {
+                entry.slot = Slot::Ready(Reply::Close("peer closed".into()), Outcome::Forwarded);
+            }
+        }
+    }
+
+    /// Checks the connection's deadlines: a frame that started must arrive whole,
+    /// a forwarded request must be answered, and an idle connection ends.
+    fn poll_deadline(&mut self, cx: &mut TaskContext<'_>, progress: &mut bool) -> Option<String> {
+        let limits = self.limits;
+        let now = Instant::now();
+        let partial = self.frames.partial_since().filter(|_| self.has_room());
+        let upstream = self.link.as_ref().and_then(|l| l.oldest());
+        let idle = self.slots.is_empty() && self.out.is_empty() && upstream.is_none();
+        let mut due: Option<(Instant, Closure)> = None;
+        let mut consider = |at: Instant, why: Closure| {
+            if due.is_none_or(|(d, _)| at < d) {
+                due = Some((at, why));
+            }
+        };
+        if let Some(started) = partial {
+            consider(started + limits.frame_timeout, Closure::FrameTimeout);
+        }
+        if let Some(since) = upstream {
+            consider(since + limits.request_timeout, Closure::UpstreamTimeout);
+        }
+        if idle {
+            consider(self.last_activity + limits.idle_timeout, Closure::Idle);
+        }
+        if let Some((at, why)) = due {
+            if now >= at {
+                self.session.metrics().connection_closed(why);
+                return Some(match why {
+                    Closure::FrameTimeout => format!(
+                        "a frame did not arrive whole within {:?} (frame_read_timeout_ms)",
+                        limits.frame_timeout
+                    ),
+                    Closure::UpstreamTimeout => {
+                        let text = format!(
+                            "the upstream did not answer a forwarded request within {:?} (upstream.request_timeout_ms)",
+                            limits.request_timeout
+                        );
+                        tracing::warn!(peer = %self.session.peer().addr, "connection closed: {text}");
+                        text
+                    }
+                    Closure::Idle => format!(
+                        "idle for {:?} (connections_max_idle_ms)",
+                        limits.idle_timeout
+                    ),
+                });
+            }
+            let at = tokio::time::Instant::from_std(at);
+            if at < self.timer.deadline() {
+                self.timer.as_mut().reset(at);
+            }
+        }
+        if self.timer.as_mut().poll(cx).is_ready() {
+            // Fired early (a deadline that moved later): work it out again.
+            let next = tokio::time::Instant::now() + limits.idle_timeout;
+            self.timer.as_mut().reset(next);
+            *progress = true;
+        }
+        None
     }
 }
 
@@ -256,117 +500,4 @@ async fn gone(watch: &mut Option<watch::Receiver<u64>>) {
         }
         None => std::future::pending::<()>().await,
     }
-}
-
-/// A reply that is ready now.
-fn ready(reply: Reply, outcome: Outcome) -> Option<BoxFuture<'static, (Reply, Outcome)>> {
-    Some(Box::pin(std::future::ready((reply, outcome))))
-}
-
-/// Turns a handler's action into the reply the connection waits for, and what
-/// kshim did with the request; `None` when no response is due.
-fn reply_to(
-    action: Action,
-    ctx: &Arc<Context>,
-    peer: &Peer,
-    link: &mut Option<UpstreamLink>,
-) -> Option<BoxFuture<'static, (Reply, Outcome)>> {
-    match action {
-        Action::Respond(frame) => ready(Reply::Prefixed(frame), Outcome::Answered),
-        Action::Refused(frame) => ready(Reply::Prefixed(frame), Outcome::Rejected),
-        Action::Close(why) => ready(Reply::Close(why), Outcome::Rejected),
-        Action::Later(answer) => Some(Box::pin(async move {
-            match answer.await {
-                Action::Respond(frame) => (Reply::Prefixed(frame), Outcome::Answered),
-                Action::Refused(frame) => (Reply::Prefixed(frame), Outcome::Rejected),
-                Action::Close(why) => (Reply::Close(why), Outcome::Rejected),
-                other => (
-                    Reply::Close(format!("a deferred answer cannot be {other:?}")),
-                    Outcome::Rejected,
-                ),
-            }
-        })),
-        Action::Forward(fw) => {
-            let Some(upstream) = ctx.upstream.clone() else {
-                return ready(
-                    Reply::Close("nothing to forward to".into()),
-                    Outcome::Rejected,
-                );
-            };
-            let open = match link {
-                Some(l) => l,
-                None => {
-                    let targets = upstream.targets(peer.route);
-                    if targets.is_empty() {
-                        return ready(
-                            Reply::Close(format!("no upstream broker known for {:?}", peer.route)),
-                            Outcome::Forwarded,
-                        );
-                    }
-                    let node = match peer.route {
-                        Route::Node(id) => Some(id),
-                        Route::Bootstrap => None,
-                    };
-                    link.insert(UpstreamLink::open(targets, node, upstream.link.clone()))
-                }
-            };
-            let pending = match open.send(fw.frame, fw.correlation_id, fw.expects_response) {
-                Ok(pending) => pending?,
-                Err(e) => return ready(Reply::Close(e.to_string()), Outcome::Forwarded),
-            };
-            let (api, version, after, hold) = (fw.api, fw.version, fw.after, fw.hold);
-            Some(Box::pin(async move {
-                let reply = forwarded(pending, &upstream, api, version, after).await;
-                drop(hold);
-                (reply, Outcome::Forwarded)
-            }))
-        }
-    }
-}
-
-/// The client's reply to a forwarded request: the upstream's response, made
-/// safe to hand on.
-async fn forwarded(
-    pending: crate::upstream::link::PendingResponse,
-    upstream: &crate::upstream::Upstream,
-    api: ApiKey,
-    version: i16,
-    after: AfterResponse,
-) -> Reply {
-    let frame = match pending.await {
-        Ok(Ok(frame)) => frame,
-        Ok(Err(e)) => return Reply::Close(e.to_string()),
-        Err(_) => return Reply::Close("the upstream link ended".into()),
-    };
-    let rewritten = match after {
-        AfterResponse::PassOn => return Reply::Unprefixed(frame),
-        AfterResponse::RewriteAddresses => upstream
-            .rewrite_response(api, version, frame)
-            .map_err(|e| e.to_string()),
-        AfterResponse::Merge(merge) => merge_response(api, version, &frame, merge),
-    };
-    match rewritten {
-        Ok(frame) => Reply::Unprefixed(frame),
-        Err(e) => {
-            // Never pass on a response that could not be made safe: it could
-            // send the client around kshim, or lose results.
-            tracing::warn!("{e}");
-            Reply::Close(e)
-        }
-    }
-}
-
-/// The upstream's response frame (without size prefix) with its body replaced by
-/// what `merge` makes of it.
-fn merge_response(
-    api: ApiKey,
-    version: i16,
-    frame: &Bytes,
-    merge: MergeFn,
-) -> Result<Bytes, String> {
-    let malformed =
-        |e: CodecError| format!("the upstream's {api:?} v{version} response does not decode: {e}");
-    let offset = response_body_offset(api, version, frame).map_err(malformed)?;
-    let body = merge(&frame[offset..]).map_err(malformed)?;
-    Ok(with_new_body(frame, offset, &body))
 }

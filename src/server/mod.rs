@@ -3,12 +3,14 @@
 //! every frame goes to `handlers::dispatch`.
 
 pub mod admission;
+pub mod budget;
 mod connection;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
 use crate::metrics::Refusal;
 use crate::upstream::Route;
 use admission::Admission;
+use budget::FrameBudget;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -37,6 +39,10 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// How long shutdown waits for connections to finish their requests.
     pub shutdown_grace: Duration,
+    /// A forwarded request unanswered for this long closes its connection.
+    pub request_timeout: Duration,
+    /// Bytes of request frames held at once, across every listener.
+    pub budget: Arc<FrameBudget>,
 }
 
 impl Default for Limits {
@@ -50,6 +56,8 @@ impl Default for Limits {
             frame_timeout: Duration::from_secs(60),
             max_in_flight: 64,
             shutdown_grace: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            budget: FrameBudget::new(default_queued_request_bytes()),
         }
     }
 }
@@ -63,6 +71,20 @@ impl Limits {
             self.max_connections_per_ip_overrides.clone(),
         )
     }
+}
+
+/// The default global frame budget: a tenth of the machine's memory, at least
+/// two of the largest frames.
+pub fn default_queued_request_bytes() -> usize {
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(4 << 30);
+    (memory / 10).max(2 * crate::protocol::DEFAULT_MAX_FRAME_BYTES)
 }
 
 fn is_out_of_descriptors(e: &std::io::Error) -> bool {
@@ -132,6 +154,7 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                crate::client::keepalive(&stream);
                 let ctx = Arc::clone(&ctx);
                 let limits = limits.clone();
                 let shutdown = shutdown.clone();
@@ -141,8 +164,7 @@ pub async fn serve(
                     match tls {
                         None => {
                             let _open = ctx.metrics.connection_opened();
-                            let (r, w) = stream.into_split();
-                            connection::run(r, w, peer, ctx, &limits, shutdown).await;
+                            connection::run(stream, peer, ctx, &limits, shutdown).await;
                         }
                         Some(material) => {
                             let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&material.config));
@@ -162,8 +184,7 @@ pub async fn serve(
                                     }
                                     tracing::debug!(peer = %addr, principal = %peer.principal, "TLS connection");
                                     let _open = ctx.metrics.connection_opened();
-                                    let (r, w) = tokio::io::split(stream);
-                                    connection::run(r, w, peer, ctx, &limits, shutdown).await;
+                                    connection::run(stream, peer, ctx, &limits, shutdown).await;
                                 }
                                 // The client's doing: logged at debug.
                                 Ok(Err(e)) => {

@@ -228,7 +228,7 @@ kshim_owned = ["acme.*"]
 [features.bootstrap]
 "{FEATURE}" = 1
 """,
-        rust_log="info,kshim::server=debug",
+        rust_log="info,kshim::server=debug,kshim::handlers::session=debug",
     )
 
 

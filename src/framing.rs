@@ -1,0 +1,369 @@
+//! Frames over a byte stream, driven by polling so that one task can serve both
+//! ends of a forwarded connection: `FrameReader` takes size-prefixed frames off a
+//! stream, asking before it buffers a frame's body, and `Outbox` writes queued
+//! frames out with vectored writes, a whole batch per system call.
+//!
+//! Knows frames only: a big-endian int32 size, then that many bytes.
+
+use crate::protocol::FrameError;
+use bytes::{Buf, Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Room made for a read between frames: small frames arrive several to a read.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Slices handed to one vectored write.
+const MAX_SLICES: usize = 64;
+
+/// Reads frames (returned without their size prefix) off a stream.
+#[derive(Debug)]
+pub struct FrameReader {
+    buf: BytesMut,
+    max_frame_bytes: usize,
+    /// The body size of the frame being read, once its size was granted.
+    granted: Option<usize>,
+    /// When the bytes of a frame not yet whole began to arrive (or its size was
+    /// granted, after a wait for the grant).
+    partial_since: Option<Instant>,
+    eof: bool,
+}
+
+impl FrameReader {
+    pub fn new(max_frame_bytes: usize) -> FrameReader {
+        FrameReader {
+            buf: BytesMut::new(),
+            max_frame_bytes,
+            granted: None,
+            partial_since: None,
+            eof: false,
+        }
+    }
+
+    /// Since when part of a frame has been waiting for the rest; `None` between
+    /// frames and while waiting for a grant.
+    pub fn partial_since(&self) -> Option<Instant> {
+        self.partial_since
+    }
+
+    /// Whether the stream has ended.
+    pub fn at_eof(&self) -> bool {
+        self.eof
+    }
+
+    /// The next whole frame; `Ok(None)` at the end of the stream. `grant` is asked
+    /// for each frame's body size once its prefix has arrived, and before any
+    /// room is made for the body; while it is pending, nothing more is read.
+    pub fn poll_frame<S: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+        mut grant: impl FnMut(usize, &mut Context<'_>) -> Poll<()>,
+    ) -> Poll<Result<Option<Bytes>, FrameError>> {
+        loop {
+            if self.granted.is_none() && self.buf.len() >= 4 {
+                let size = frame_size(&self.buf[..4], self.max_frame_bytes)?;
+                if grant(size, cx).is_pending() {
+                    self.partial_since = None;
+                    return Poll::Pending;
+                }
+                self.granted = Some(size);
+                self.partial_since.get_or_insert_with(Instant::now);
+                // One read can take the whole body.
+                self.buf.reserve((4 + size).saturating_sub(self.buf.len()));
+            }
+            if let Some(size) = self.granted {
+                if self.buf.len() >= 4 + size {
+                    self.buf.advance(4);
+                    let frame = self.buf.split_to(size).freeze();
+                    self.granted = None;
+                    self.partial_since = (!self.buf.is_empty()).then(Instant::now);
+                    return Poll::Ready(Ok(Some(frame)));
+                }
+            }
+            if self.eof {
+                return Poll::Ready(if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(FrameError::TruncatedAtEof(self.buf.len()))
+                });
+            }
+            if self.buf.capacity() - self.buf.len() < 512 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            let n = ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut *io),
+                cx,
+                &mut self.buf
+            ))?;
+            if n == 0 {
+                self.eof = true;
+            } else {
+                self.partial_since.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+}
+
+/// The body size a frame's 4-byte prefix announces, within `max`.
+pub fn frame_size(prefix: &[u8], max: usize) -> Result<usize, FrameError> {
+    let size = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    if size < 0 {
+        return Err(FrameError::NegativeSize(size));
+    }
+    let size = size as usize;
+    if size > max {
+        return Err(FrameError::TooLarge { size, max });
+    }
+    Ok(size)
+}
+
+/// One frame waiting to be written.
+#[derive(Debug)]
+struct Queued {
+    /// The size prefix, when the frame does not carry its own.
+    prefix: Option<[u8; 4]>,
+    frame: Bytes,
+    /// Bytes of prefix and frame already written.
+    written: usize,
+    /// When it was queued.
+    since: Instant,
+    tag: u8,
+}
+
+impl Queued {
+    fn len(&self) -> usize {
+        self.prefix.map_or(0, |_| 4) + self.frame.len()
+    }
+}
+
+/// Frames queued for a stream, in order; each written whole before the next.
+/// Each frame carries a small tag for its owner's own bookkeeping.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    queue: VecDeque<Queued>,
+    /// Bytes queued and not yet written, prefixes included.
+    bytes: usize,
+    flushed: bool,
+}
+
+impl Outbox {
+    /// Queues a frame that lacks its size prefix.
+    pub fn push_unprefixed(&mut self, frame: Bytes, tag: u8, since: Instant) {
+        let prefix = (frame.len() as u32).to_be_bytes();
+        self.push(Queued {
+            prefix: Some(prefix),
+            frame,
+            written: 0,
+            since,
+            tag,
+        });
+    }
+
+    /// Queues a frame that starts with its size prefix.
+    pub fn push_prefixed(&mut self, frame: Bytes, tag: u8, since: Instant) {
+        self.push(Queued {
+            prefix: None,
+            frame,
+            written: 0,
+            since,
+            tag,
+        });
+    }
+
+    fn push(&mut self, q: Queued) {
+        self.bytes += q.len();
+        self.queue.push_back(q);
+        self.flushed = false;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Frames not yet written whole.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Bytes not yet written.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// When the oldest frame not yet written whole was queued.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.queue.front().map(|q| q.since)
+    }
+
+    /// Writes until everything queued is written and flushed, or the stream
+    /// would block. `written` hears of each frame written whole, with its tag and
+    /// its size without prefix.
+    pub fn poll_write<S: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+        mut written: impl FnMut(u8, usize),
+    ) -> Poll<std::io::Result<()>> {
+        while !self.queue.is_empty() {
+            let n = {
+                let mut slices: [IoSlice<'_>; MAX_SLICES] = [IoSlice::new(&[]); MAX_SLICES];
+                let mut used = 0;
+                for q in self.queue.iter() {
+                    if used + 2 > MAX_SLICES {
+                        break;
+                    }
+                    let mut skip = q.written;
+                    if let Some(prefix) = &q.prefix {
+                        if skip < 4 {
+                            slices[used] = IoSlice::new(&prefix[skip..]);
+                            used += 1;
+                            skip = 0;
+                        } else {
+                            skip -= 4;
+                        }
+                    }
+                    if skip < q.frame.len() {
+                        slices[used] = IoSlice::new(&q.frame[skip..]);
+                        used += 1;
+                    }
+                }
+                ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices[..used]))?
+            };
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.bytes -= n;
+            let mut left = n;
+            while left > 0 {
+                let front = self
+                    .queue
+                    .front_mut()
+                    .expect("written bytes belong to queued frames");
+                let take = (front.len() - front.written).min(left);
+                front.written += take;
+                left -= take;
+                if front.written == front.len() {
+                    let done = self.queue.pop_front().expect("front exists");
+                    written(done.tag, done.frame.len());
+                }
+            }
+        }
+        if !self.flushed {
+            ready!(Pin::new(&mut *io).poll_flush(cx))?;
+            self.flushed = true;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::task::noop_waker_ref;
+    use tokio::io::AsyncWriteExt;
+
+    fn cx() -> Context<'static> {
+        Context::from_waker(noop_waker_ref())
+    }
+
+    #[tokio::test]
+    async fn reads_frames_after_their_grant() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&[0, 0, 0, 3, 1, 2, 3, 0, 0, 0, 1, 9])
+            .await
+            .unwrap();
+        let mut reader = FrameReader::new(16);
+        let mut asked = Vec::new();
+        let mut pending = true;
+        // The grant is pending: nothing comes, and only the first size was asked.
+        let first = reader.poll_frame(&mut b, &mut cx(), |n, _| {
+            asked.push(n);
+            if pending {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        });
+        assert!(first.is_pending());
+        pending = false;
+        let got =
+            |r: &mut FrameReader, b: &mut tokio::io::DuplexStream, asked: &mut Vec<usize>| match r
+                .poll_frame(b, &mut cx(), |n, _| {
+                    asked.push(n);
+                    Poll::Ready(())
+                }) {
+                Poll::Ready(Ok(Some(f))) => f,
+                other => panic!("expected a frame, got {other:?}"),
+            };
+        assert_eq!(&got(&mut reader, &mut b, &mut asked)[..], &[1, 2, 3]);
+        assert_eq!(&got(&mut reader, &mut b, &mut asked)[..], &[9]);
+        let _ = pending;
+        assert_eq!(asked, vec![3, 3, 1]);
+        drop(a);
+        assert!(matches!(
+            reader.poll_frame(&mut b, &mut cx(), |_, _| Poll::Ready(())),
+            Poll::Ready(Ok(None))
+        ));
+    }
+
+    #[tokio::test]
+    async fn refuses_bad_sizes_and_truncation() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&[0, 0, 0, 17]).await.unwrap();
+        let mut reader = FrameReader::new(16);
+        assert!(matches!(
+            reader.poll_frame(&mut b, &mut cx(), |_, _| Poll::Ready(())),
+            Poll::Ready(Err(FrameError::TooLarge { size: 17, max: 16 }))
+        ));
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&[0, 0, 0, 3, 1]).await.unwrap();
+        drop(a);
+        let mut reader = FrameReader::new(16);
+        assert!(matches!(
+            reader.poll_frame(&mut b, &mut cx(), |_, _| Poll::Ready(())),
+            Poll::Ready(Err(FrameError::TruncatedAtEof(5)))
+        ));
+    }
+
+    #[tokio::test]
+    async fn writes_queued_frames_in_order_with_their_prefixes() {
+        let (mut a, mut b) = tokio::io::duplex(7);
+        let mut outbox = Outbox::default();
+        let now = Instant::now();
+        outbox.push_unprefixed(Bytes::from_static(b"abc"), 1, now);
+        outbox.push_prefixed(Bytes::from_static(&[0, 0, 0, 2, b'x', b'y']), 2, now);
+        outbox.push_unprefixed(Bytes::from_static(b"0123456789"), 1, now);
+        assert_eq!(outbox.bytes(), 7 + 6 + 14);
+        let mut done = Vec::new();
+        let mut seen = Vec::new();
+        // The pipe holds 7 bytes: the outbox writes what fits, then waits.
+        while !outbox.is_empty() {
+            let _ = outbox.poll_write(&mut a, &mut cx(), |tag, n| done.push((tag, n)));
+            let mut chunk = [0u8; 64];
+            let n = tokio::io::AsyncReadExt::read(&mut b, &mut chunk)
+                .await
+                .unwrap();
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        assert!(outbox.poll_write(&mut a, &mut cx(), |_, _| {}).is_ready());
+        let mut rest = [0u8; 64];
+        drop(a);
+        let n = tokio::io::AsyncReadExt::read(&mut b, &mut rest)
+            .await
+            .unwrap();
+        seen.extend_from_slice(&rest[..n]);
+        let mut want = vec![0, 0, 0, 3];
+        want.extend_from_slice(b"abc");
+        want.extend_from_slice(&[0, 0, 0, 2, b'x', b'y']);
+        want.extend_from_slice(&[0, 0, 0, 10]);
+        want.extend_from_slice(b"0123456789");
+        assert_eq!(seen, want);
+        assert_eq!(done, vec![(1, 3), (2, 6), (1, 10)]);
+        assert_eq!(outbox.bytes(), 0);
+    }
+}
