@@ -95,11 +95,16 @@ impl FrameReader {
             if self.buf.capacity() - self.buf.len() < 512 {
                 self.buf.reserve(READ_CHUNK);
             }
-            let n = ready!(tokio_util::io::poll_read_buf(
-                Pin::new(&mut *io),
-                cx,
-                &mut self.buf
-            ))?;
+            let n = match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, &mut self.buf) {
+                Poll::Ready(n) => n?,
+                Poll::Pending => {
+                    // Between frames, an idle connection keeps no buffer.
+                    if self.buf.is_empty() {
+                        self.buf = BytesMut::new();
+                    }
+                    return Poll::Pending;
+                }
+            };
             if n == 0 {
                 self.eof = true;
             } else {

@@ -711,7 +711,9 @@ impl Registry {
             )
             .map_err(ChangeError::Invalid)?;
         if &next != state.log.active() {
-            state.log.commit(&next)?;
+            // The change is durable before it applies; the fsync runs off the
+            // async workers (the registry's lock still orders changes).
+            crate::store::blocking(|| state.log.commit(&next))?;
         }
         if let Some(doc) = doc {
             state.doc = doc;
