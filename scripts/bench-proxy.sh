@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Forwarding benchmark: produce, consume and end-to-end latency of real Kafka clients
-# against one Apache Kafka 4.1.1 node (KRaft), directly and through kshim in proxy mode,
-# measured in the same run with legs alternating over several rounds. The driver is
-# tests/tools/proxy_bench.py; its docstring says what each leg measures.
+# Forwarding benchmark: produce and consume throughput, acknowledgement latency at a fixed
+# rate, forwarder CPU per GB, peak memory and memory per idle connection, against one Apache
+# Kafka 4.1.1 node (KRaft), in four legs measured in the same run: the broker directly, kshim
+# in proxy mode, Kroxylicious (no filters) and a plain socat TCP relay, the legs alternating
+# over several rounds. The driver is tests/tools/proxy_bench.py; its docstring says how each
+# figure is measured and how the relay leg gets past the broker's advertised address.
 #
-#   bash scripts/bench-proxy.sh                  # 3 rounds, 1 KiB and 64 KiB records (~6-8 min)
+#   bash scripts/bench-proxy.sh                  # 3 rounds, 1 KiB and 64 KiB records, acks=1 and all
 #   BENCH_ROUNDS=5 bash scripts/bench-proxy.sh
+#   bash scripts/bench-proxy.sh --legs direct,kshim,relay   # pick legs (default: all four)
 #   bash scripts/bench-proxy.sh --direct-only    # the broker leg alone, to check the benchmark
 #   bash scripts/bench-proxy.sh --no-build       # use target/release/kshim as it is
 #   bash scripts/bench-proxy.sh --help           # every option of the driver
 #
-# Other knobs: BENCH_RECORDS_1K, BENCH_RECORDS_64K (records per produce leg),
-# BENCH_LATENCY_RECORDS, BENCH_PARTITIONS, BENCH_MAX_SECS (hard cap, default 900),
-# KSHIM_BIN (another kshim binary), KSHIM_BENCH_KEEP_TMP=1 (keep logs and configs).
+# Other knobs: BENCH_RECORDS_1K, BENCH_RECORDS_64K (records per produce run),
+# BENCH_LATENCY_SECS, BENCH_LATENCY_RATE_1K, BENCH_LATENCY_RATE_64K (latency runs),
+# BENCH_IDLE_CONNS (idle connections per forwarder, default 10000; 0 skips that test),
+# BENCH_PARTITIONS, BENCH_MAX_SECS (hard cap, default 1800), KSHIM_BIN (another kshim binary),
+# KROXYLICIOUS_HOME (an unpacked Kroxylicious distribution; by default the driver fetches
+# io.kroxylicious:kroxylicious-app:0.18.0:tar.gz:bin from Maven Central with mvn on first use
+# into build/kroxylicious/), KSHIM_BENCH_KEEP_TMP=1 (keep logs and configs).
 #
-# Prints a table of medians with kshim/direct ratios, added latency, kshim CPU s/GB and a
-# goal line (throughput ratio >= 0.95, added p99 <= 1 ms). The goal is informational: the
-# exit status is 0 whenever the benchmark ran, non-zero only when something failed to run.
-# The broker, kshim and every client JVM are stopped by their PIDs however the run ends.
+# Prints a table per record size of medians per leg with kshim's ratio to each other leg, a
+# memory table and one line per goal. The goals are informational: the exit status is 0
+# whenever the benchmark ran, non-zero only when something failed to run. The broker, every
+# forwarder and every client JVM are stopped by their PIDs however the run ends.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,16 +40,21 @@ die() { printf 'bench-proxy: FAILED: %s\n' "$*" >&2; exit 1; }
 step() { printf '==> %s\n' "$*" >&2; }
 
 build=1
-direct_only=0
+legs="direct,kshim,kroxylicious,relay"
 driver_args=()
-for arg in "$@"; do
-  case "$arg" in
+while [ $# -gt 0 ]; do
+  case "$1" in
     -h|--help) exec "$PY" "$ROOT/tests/tools/proxy_bench.py" --help ;;
     --no-build) build=0 ;;
-    --direct-only) direct_only=1; driver_args+=("$arg") ;;
-    *) driver_args+=("$arg") ;;
+    --direct-only) legs="direct"; driver_args+=("$1") ;;
+    --legs) [ $# -ge 2 ] || die "--legs needs a value, e.g. --legs direct,kshim,relay"
+            legs="$2"; driver_args+=("$1" "$2"); shift ;;
+    --legs=*) legs="${1#--legs=}"; driver_args+=("$1") ;;
+    *) driver_args+=("$1") ;;
   esac
+  shift
 done
+has_leg() { [[ ",$legs," == *",$1,"* ]]; }
 
 # ---------------------------------------------------------------------------- prerequisites
 for jar in "kafka_2.13-$KAFKA_VERSION.jar" "kafka-server-$KAFKA_VERSION.jar" \
@@ -54,8 +66,12 @@ command -v javac >/dev/null 2>&1 || die "javac is not on PATH (it compiles tests
 [ -x "$PY" ] || die "$PY is missing (the driver needs the project's venv with kafka-python). Run: bash scripts/install-deps.sh"
 "$PY" -c 'import kafka' 2>/dev/null || die "kafka-python is not installed in .venv. Run: bash scripts/install-deps.sh"
 
+if has_leg relay; then
+  command -v socat >/dev/null 2>&1 || die "socat is not on PATH (the relay leg runs it). Run: bash scripts/install-deps.sh, or leave the leg out with --legs"
+fi
+
 # ---------------------------------------------------------------------------- kshim
-if [ "$direct_only" -eq 0 ]; then
+if has_leg kshim; then
   if [ "$build" -eq 1 ]; then
     command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (pass --no-build to use $KSHIM_BIN as it is)"
     step "cargo build --release --bin kshim"
@@ -66,7 +82,7 @@ if [ "$direct_only" -eq 0 ]; then
   # Proxy mode is what is measured; a kshim without it would only answer discovery RPCs.
   help_text="$(timeout 10 "$KSHIM_BIN" serve --help 2>&1)" || die "$KSHIM_BIN serve --help failed: $help_text"
   grep -q -- '--upstream' <<<"$help_text" \
-    || die "$KSHIM_BIN has no proxy mode yet (serve --help does not mention --upstream). Run with --direct-only to check the broker leg alone."
+    || die "$KSHIM_BIN has no proxy mode yet (serve --help does not mention --upstream). Leave the kshim leg out with --legs, or run --direct-only."
 fi
 
 # ---------------------------------------------------------------------------- run

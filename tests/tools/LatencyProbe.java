@@ -4,9 +4,12 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Properties;
 import java.util.Random;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -33,9 +36,19 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * the measurement needs no busy polling, which on a small machine would steal CPU from the
  * broker and the proxy being measured.
  *
+ * <p>With {@code --rate R}, it measures producer acknowledgements only, at a fixed pace instead
+ * of one record at a time: records are sent R per second on a schedule (linger.ms=0), each
+ * timed from just before send() to its acknowledgement callback, once for every acks setting
+ * listed in {@code --acks} (default "all"), each with a producer of its own. The warm-up
+ * records go first at the same pace and are not counted. No consumer runs in this mode. It
+ * also counts the measured sends that went out more than one slot late: the sender itself was
+ * held up, so the machine rather than the path under test may have set the percentiles.
+ *
  * <pre>
  * java -cp 'build/kafka-jars/*:CLASSES' LatencyProbe --bootstrap HOST:PORT --topic T \
  *     --records 2000 --warmup 200 --record-size 1024
+ * java -cp 'build/kafka-jars/*:CLASSES' LatencyProbe --bootstrap HOST:PORT --topic T \
+ *     --records 4000 --warmup 1000 --record-size 1024 --rate 1000 --acks 1,all
  * </pre>
  *
  * Prints one JSON line; exits 1 with a message on stderr on any failure.
@@ -61,6 +74,15 @@ public class LatencyProbe {
         throw new IllegalArgumentException("missing " + name);
     }
 
+    private static String arg(String[] args, String name, String dflt) {
+        for (int i = 0; i + 1 < args.length; i++) {
+            if (args[i].equals(name)) {
+                return args[i + 1];
+            }
+        }
+        return dflt;
+    }
+
     static String run(String[] args) throws Exception {
         String bootstrap = arg(args, "--bootstrap");
         String topic = arg(args, "--topic");
@@ -69,6 +91,11 @@ public class LatencyProbe {
         int size = Integer.parseInt(arg(args, "--record-size"));
         if (size < Long.BYTES || records < 1 || warmup < 0) {
             throw new IllegalArgumentException("need --record-size >= 8, --records >= 1, --warmup >= 0");
+        }
+        String rate = arg(args, "--rate", null);
+        if (rate != null) {
+            return runPaced(bootstrap, topic, records, warmup, size, Double.parseDouble(rate),
+                    arg(args, "--acks", "all").split(","));
         }
 
         Properties pp = new Properties();
@@ -140,6 +167,81 @@ public class LatencyProbe {
                         + "\"e2e_p50_us\": %.1f, \"e2e_p99_us\": %.1f, \"e2e_p999_us\": %.1f, \"e2e_max_us\": %.1f}",
                 records, size, pct(ack, 0.50), pct(ack, 0.99),
                 pct(e2e, 0.50), pct(e2e, 0.99), pct(e2e, 0.999), e2e[e2e.length - 1] / 1000.0);
+    }
+
+    /**
+     * Acknowledgement latency at a fixed send rate, for each acks setting in turn. Every
+     * record is sent at its slot on the schedule (or at once when the sender is late) and
+     * timed from just before send() to its callback.
+     */
+    static String runPaced(String bootstrap, String topic, int records, int warmup, int size,
+                           double rate, String[] acksList) throws Exception {
+        if (!(rate > 0)) {
+            throw new IllegalArgumentException("--rate must be > 0");
+        }
+        long intervalNs = Math.max(1L, (long) (1e9 / rate));
+        int total = warmup + records;
+        byte[] payload = new byte[size];
+        new Random(42).nextBytes(payload);
+        StringBuilder out = new StringBuilder();
+        out.append(String.format("{\"mode\": \"paced\", \"records\": %d, \"record_size\": %d, \"rate\": %.1f",
+                records, size, rate));
+        for (String acks : acksList) {
+            Properties pp = new Properties();
+            pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            pp.put(ProducerConfig.ACKS_CONFIG, acks);
+            pp.put(ProducerConfig.LINGER_MS_CONFIG, "0");
+            pp.put(ProducerConfig.CLIENT_ID_CONFIG, "kshim-latency-probe-acks-" + acks);
+            pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+            if (!acks.equals("all") && !acks.equals("-1")) {
+                // The idempotent producer (the default) insists on acks=all.
+                pp.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "false");
+            }
+            long[] lat = new long[total];
+            CountDownLatch done = new CountDownLatch(total);
+            AtomicReference<Exception> failure = new AtomicReference<>();
+            long lateSends = 0;
+            try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+                // The first send waits for metadata; do it before the schedule starts.
+                producer.partitionsFor(topic);
+                long t0 = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(50);
+                for (int i = 0; i < total; i++) {
+                    long due = t0 + i * intervalNs;
+                    long left;
+                    while ((left = due - System.nanoTime()) > 0) {
+                        LockSupport.parkNanos(left);
+                    }
+                    if (-left > intervalNs && i >= warmup) {
+                        lateSends++;
+                    }
+                    final int slot = i;
+                    long start = System.nanoTime();
+                    producer.send(new ProducerRecord<>(topic, 0, null, payload), (md, err) -> {
+                        if (err != null) {
+                            failure.compareAndSet(null, err);
+                        } else {
+                            lat[slot] = System.nanoTime() - start;
+                        }
+                        done.countDown();
+                    });
+                }
+                producer.flush();
+                if (!done.await(30, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("acks=" + acks + ": " + done.getCount() + " records unacknowledged after 30 s");
+                }
+            }
+            if (failure.get() != null) {
+                throw new IllegalStateException("acks=" + acks + ": a send failed: " + failure.get());
+            }
+            long[] measured = Arrays.copyOfRange(lat, warmup, total);
+            Arrays.sort(measured);
+            out.append(String.format(", \"acks_%s\": {\"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
+                            + "\"max_us\": %.1f, \"late_sends\": %d}",
+                    acks, pct(measured, 0.50), pct(measured, 0.99), pct(measured, 0.999),
+                    measured[measured.length - 1] / 1000.0, lateSends));
+        }
+        return out.append("}").toString();
     }
 
     /** Nearest-rank percentile of sorted nanoseconds, in microseconds. */
