@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything the interop tests need, and nothing twice:
-#   - Debian packages kcat and openssl (and a JDK, Maven, python3-venv when those are missing)
+#   - Debian packages kcat, openssl and socat (and a JDK, Maven, python3-venv when those are
+#     missing); socat is the plain TCP relay of scripts/bench-proxy.sh
 #   - .venv with pytest, kafka-python, confluent-kafka, prometheus-client
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
 #     (kshim-go-probe, kshim-go-client) built into build/bin/
+#   - cargo-fuzz (pinned), which scripts/fuzz.sh builds the fuzz targets with
 # Safe to run again: each step checks first and skips what is already in place.
 set -euo pipefail
 
@@ -16,6 +18,9 @@ POM="$ROOT/tests/java/pom.xml"
 JARS="$ROOT/build/kafka-jars"
 STAMP="$JARS/.pom.sha256"
 GO_DIR="$ROOT/tests/interop/go"
+# 0.13.2 builds with the stable toolchain; the fuzz build itself runs with
+# RUSTC_BOOTSTRAP=1 (scripts/fuzz.sh), so no nightly toolchain is needed.
+CARGO_FUZZ_VERSION="0.13.2"
 
 PY_PACKAGES=(
   "pytest==9.2.0"
@@ -33,6 +38,7 @@ missing=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 have_pkg kcat || missing+=(kcat)
 have_pkg openssl || missing+=(openssl)
+have_pkg socat || missing+=(socat)
 command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
@@ -47,10 +53,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive timeout 1200 apt-get install -y -q --no-install-recommends "${missing[@]}" \
     || die "apt-get install ${missing[*]} failed"
 else
-  step "Debian packages: kcat, openssl, JDK, Maven already installed"
+  step "Debian packages: kcat, openssl, socat, JDK, Maven already installed"
 fi
 command -v kcat >/dev/null 2>&1 || die "kcat is not on PATH after installing Debian package kcat"
 command -v openssl >/dev/null 2>&1 || die "openssl is not on PATH after installing Debian package openssl"
+command -v socat >/dev/null 2>&1 || die "socat is not on PATH after installing Debian package socat"
 
 # ---------------------------------------------------------------------------- Python venv
 if [ ! -x "$VENV/bin/python" ]; then
@@ -111,6 +118,16 @@ if [ -f "$GO_DIR/go.mod" ]; then
   done
 else
   step "tests/interop/go has no go.mod; skipping go mod download"
+fi
+
+# ---------------------------------------------------------------------------- cargo-fuzz
+if cargo fuzz --version >/dev/null 2>&1; then
+  step "cargo-fuzz already installed: $(cargo fuzz --version)"
+else
+  step "cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
+  RUSTC_BOOTSTRAP=1 timeout 1200 cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked \
+    || die "cargo install cargo-fuzz $CARGO_FUZZ_VERSION failed"
+  cargo fuzz --version >/dev/null 2>&1 || die "cargo fuzz does not run after installing cargo-fuzz $CARGO_FUZZ_VERSION"
 fi
 
 step "dependencies installed"

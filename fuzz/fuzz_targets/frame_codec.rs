@@ -5,14 +5,20 @@
 
 #![no_main]
 
+mod common;
+
 use bytes::BytesMut;
 use kshim::protocol::FrameCodec;
 use libfuzzer_sys::fuzz_target;
 use tokio_util::codec::Decoder;
 
+#[global_allocator]
+static ALLOCATOR: common::BoundedAllocator = common::BoundedAllocator;
+
 const MAX_FRAME: usize = 4096;
 
-fuzz_target!(|data: &[u8]| {
+// The seeds are the captured frames of protocol-fixtures/, as they are.
+fuzz_target!(init: common::write_seeds_if_asked(Vec::new), |data: &[u8]| {
     // First byte: the chunk size (1-256); the rest: the stream.
     let Some((&chunk, stream)) = data.split_first() else { return };
     let chunk = usize::from(chunk) + 1;

@@ -215,9 +215,9 @@ impl Codec {
             };
         }
         if let Some(name) = rest.strip_prefix(CONFIG) {
-            let value = match value.map(|v| versioned::<ConfigValue>(v, CONFIG_VERSION)) {
+            let value = match value.map(config_value) {
                 None => None,
-                Some(Ok(v)) => Some(v.value),
+                Some(Ok(v)) => Some(v),
                 Some(Err(e)) => return unreadable(e),
             };
             return Read::Record(StateRecord::Config {
@@ -243,13 +243,33 @@ impl Codec {
 /// Decodes a JSON value whose `version` must be `known`: a newer one is named
 /// as such rather than half read.
 fn versioned<T: serde::de::DeserializeOwned>(raw: &[u8], known: i32) -> Result<T, String> {
+    serde_json::from_value(versioned_document(raw, known)?).map_err(|e| format!("unreadable: {e}"))
+}
+
+/// The JSON document of a record whose `version` is `known`.
+fn versioned_document(raw: &[u8], known: i32) -> Result<Value, String> {
     let value: Value = serde_json::from_slice(raw).map_err(|e| format!("not JSON: {e}"))?;
     match value.get("version").and_then(Value::as_i64) {
-        Some(v) if v == i64::from(known) => {}
-        Some(v) => return Err(format!("schema version {v}, this kshim reads {known}")),
-        None => return Err("no schema version".into()),
+        Some(v) if v == i64::from(known) => Ok(value),
+        Some(v) => Err(format!("schema version {v}, this kshim reads {known}")),
+        None => Err("no schema version".into()),
     }
-    serde_json::from_value(value).map_err(|e| format!("unreadable: {e}"))
+}
+
+/// A config record's value, exactly as it was written: numbers keep their text
+/// (see `store::OverrideLog`). Not through `serde_json::from_value`, which
+/// passes a number whose text Rust prints the same way through an f64 and
+/// spells 0.00001 back as 1e-5.
+fn config_value(raw: &[u8]) -> Result<Value, String> {
+    let Value::Object(mut fields) = versioned_document(raw, CONFIG_VERSION)? else {
+        return Err("unreadable: not a JSON object".into());
+    };
+    if let Some(unknown) = fields.keys().find(|k| *k != "version" && *k != "value") {
+        return Err(format!("unreadable: unknown field `{unknown}`"));
+    }
+    fields
+        .remove("value")
+        .ok_or_else(|| "unreadable: missing field `value`".into())
 }
 
 #[cfg(test)]
@@ -274,14 +294,26 @@ mod tests {
             read(&c, c.features(&f)),
             Read::Record(StateRecord::Features(f))
         );
-        let v = serde_json::json!(222601422095.333222);
-        assert_eq!(
-            read(&c, c.config("log.level", Some(&v))),
-            Read::Record(StateRecord::Config {
-                key: "log.level".into(),
-                value: Some(v)
-            })
-        );
+        for text in [
+            "222601422095.333222",
+            "0.00000000547819074",
+            "0.00001",
+            "1e+2",
+            "-0.0",
+            r#"{"min":0.00001,"max":[222601422095.333222]}"#,
+        ] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            match read(&c, c.config("policy.x", Some(&v))) {
+                Read::Record(StateRecord::Config {
+                    key,
+                    value: Some(back),
+                }) => assert_eq!(
+                    (key.as_str(), back.to_string()),
+                    ("policy.x", text.to_owned())
+                ),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
         assert_eq!(
             read(&c, c.config("log.level", None)),
             Read::Record(StateRecord::Config {

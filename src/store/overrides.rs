@@ -47,10 +47,34 @@ struct Record {
     value: Option<Value>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct ConfigValue {
     version: i32,
     value: Value,
+}
+
+impl ConfigValue {
+    /// A record's `{"version": N, "value": V}`, V kept exactly as it was read.
+    /// A number keeps its text (serde_json's `arbitrary_precision`), so that a
+    /// value comes back as the operator wrote it, as Kafka keeps config values as
+    /// strings. `serde_json::from_value` would not do: it passes a number whose
+    /// text Rust prints the same way through an f64, and 0.00001 comes back as 1e-5.
+    fn read(record: Value) -> Result<ConfigValue, String> {
+        let Value::Object(mut fields) = record else {
+            return Err("not a JSON object".into());
+        };
+        let version = match fields.get("version") {
+            Some(v) => v
+                .as_i64()
+                .and_then(|v| i32::try_from(v).ok())
+                .ok_or_else(|| format!("version {v} is not a 32-bit integer"))?,
+            None => return Err("missing field `version`".into()),
+        };
+        let value = fields
+            .remove("value")
+            .ok_or_else(|| "missing field `value`".to_owned())?;
+        Ok(ConfigValue { version, value })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -305,7 +329,7 @@ fn replay(raw: &[u8], path: &Path) -> Replay {
                 None => {
                     latest.insert(key.to_owned(), None);
                 }
-                Some(v) => match serde_json::from_value::<ConfigValue>(v) {
+                Some(v) => match ConfigValue::read(v) {
                     Ok(c) if c.version == RECORD_VERSION => {
                         latest.insert(key.to_owned(), Some(c.value));
                     }
@@ -366,34 +390,76 @@ mod tests {
         assert_eq!(OverrideLog::open(dir.path()).unwrap().active(), &second);
     }
 
-    #[test]
-    fn decimal_values_come_back_exactly_after_a_reopen() {
+    /// Commits `texts` as the values of keys `policy.key<i>`, reopens the log,
+    /// and returns each value as it reads back, spelled as JSON.
+    fn written_and_read_back(texts: &[String]) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
         let mut log = OverrideLog::open(dir.path()).unwrap();
-        let values: Overrides = [
-            "222601422095.333222",
-            "0.1",
-            "1e-300",
-            "179769313486231570000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000.0",
-            "3.141592653589793",
-        ]
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            let value: Value = serde_json::from_str(text).unwrap();
-            // The value is the double nearest the text, as Rust's own parser finds it.
-            assert_eq!(value.as_f64(), text.parse::<f64>().ok(), "{text}");
-            (format!("policy.key{i}"), value)
-        })
-        .collect();
+        let key = |i: usize| format!("policy.key{i}");
+        let values: Overrides = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| (key(i), serde_json::from_str::<Value>(text).unwrap()))
+            .collect();
         log.commit(&values).unwrap();
         let reopened = OverrideLog::open(dir.path()).unwrap();
-        for (key, value) in &values {
-            assert_eq!(
-                reopened.active()[key].as_f64().map(f64::to_bits),
-                value.as_f64().map(f64::to_bits),
-                "{key}"
-            );
+        (0..texts.len())
+            .map(|i| reopened.active()[&key(i)].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn numbers_come_back_as_written_after_a_reopen() {
+        let texts: Vec<String> = [
+            // Not a double: the nearest one prints as 222601422095.33322.
+            "222601422095.333222",
+            // Rust prints these doubles the same way, serde_json as 5.47819074e-9 and 1e-5.
+            "0.00000000547819074",
+            "0.00001",
+            "0.1",
+            "1e-300",
+            "1e+2",
+            "100.0",
+            "-0",
+            "-0.0",
+            "3.141592653589793238462643383279",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "1e+400",
+            "179769313486231570000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000.0",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        assert_eq!(written_and_read_back(&texts), texts);
+        // Inside lists and tables too.
+        let nested = vec![r#"{"min":0.00001,"max":[222601422095.333222,1e+2]}"#.to_owned()];
+        assert_eq!(written_and_read_back(&nested), nested);
+        // An exponent is kept as the JSON parser spells it when the body is read:
+        // a lower-case e and a sign.
+        let exponents = ["1E+2", "1e400", "0E0"].map(str::to_owned).to_vec();
+        assert_eq!(
+            written_and_read_back(&exponents),
+            ["1e+2", "1e+400", "0e+0"]
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_number_comes_back_as_written(
+            texts in proptest::collection::vec(
+                "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?", 1..12),
+        ) {
+            let as_read: Vec<String> = texts
+                .iter()
+                .map(|t| serde_json::from_str::<Value>(t).unwrap().to_string())
+                .collect();
+            for (text, read) in texts.iter().zip(&as_read) {
+                if !text.contains(['e', 'E']) {
+                    proptest::prop_assert_eq!(read, text);
+                }
+            }
+            proptest::prop_assert_eq!(written_and_read_back(&texts), as_read);
         }
     }
 
