@@ -5,7 +5,7 @@
 //!
 //! Knows frames only: a big-endian int32 size, then that many bytes.
 
-use crate::protocol::FrameError;
+use crate::protocol::frame::{frame_size, FrameError};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -112,19 +112,6 @@ impl FrameReader {
             }
         }
     }
-}
-
-/// The body size a frame's 4-byte prefix announces, within `max`.
-pub fn frame_size(prefix: &[u8], max: usize) -> Result<usize, FrameError> {
-    let size = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
-    if size < 0 {
-        return Err(FrameError::NegativeSize(size));
-    }
-    let size = size as usize;
-    if size > max {
-        return Err(FrameError::TooLarge { size, max });
-    }
-    Ok(size)
 }
 
 /// One frame waiting to be written.

@@ -66,17 +66,7 @@ impl Decoder for FrameCodec {
         if src.len() < 4 {
             return Ok(None);
         }
-        let size = i32::from_be_bytes([src[0], src[1], src[2], src[3]]);
-        if size < 0 {
-            return Err(FrameError::NegativeSize(size));
-        }
-        let size = size as usize;
-        if size > self.max_frame_bytes {
-            return Err(FrameError::TooLarge {
-                size,
-                max: self.max_frame_bytes,
-            });
-        }
+        let size = frame_size(&src[..4], self.max_frame_bytes)?;
         if src.len() < 4 + size {
             src.reserve((4 + size - src.len()).min(MAX_RESERVE_AHEAD));
             return Ok(None);
@@ -95,6 +85,20 @@ impl Decoder for FrameCodec {
             None => Err(FrameError::TruncatedAtEof(src.len())),
         }
     }
+}
+
+/// The body size a frame's 4-byte prefix announces, refused when negative or
+/// above `max`.
+pub fn frame_size(prefix: &[u8], max: usize) -> Result<usize, FrameError> {
+    let size = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    if size < 0 {
+        return Err(FrameError::NegativeSize(size));
+    }
+    let size = size as usize;
+    if size > max {
+        return Err(FrameError::TooLarge { size, max });
+    }
+    Ok(size)
 }
 
 /// Frames are written already prefixed (see `response::encode_frame`), so the

@@ -113,10 +113,6 @@ impl Reservation {
             self.budget.bytes.add_permits(n);
         }
     }
-
-    pub fn held(&self) -> usize {
-        self.held
-    }
 }
 
 impl Drop for Reservation {

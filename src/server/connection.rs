@@ -19,7 +19,7 @@
 use super::budget::Reservation;
 use super::Limits;
 use crate::framing::{FrameReader, Outbox};
-use crate::handlers::forward::Then;
+use crate::handlers::forward::{Forward, Then};
 use crate::handlers::session::Session;
 use crate::handlers::{Action, Context, Peer};
 use crate::metrics::{Closure, Outcome};
@@ -231,14 +231,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                         return Err("an upstream response for no request".into());
                     };
                     let entry = &mut self.slots[(seq - self.front_seq) as usize];
-                    let Slot::Upstream(_) = &entry.slot else {
+                    let answered = Slot::Ready(Reply::Close(String::new()), Outcome::Forwarded);
+                    let Slot::Upstream(then) = std::mem::replace(&mut entry.slot, answered) else {
                         return Err("an upstream response for a request answered already".into());
-                    };
-                    let Slot::Upstream(then) = std::mem::replace(
-                        &mut entry.slot,
-                        Slot::Ready(Reply::Close(String::new()), Outcome::Forwarded),
-                    ) else {
-                        unreachable!("checked above")
                     };
                     let reply = match self.session.response(then, frame) {
                         Ok(frame) => Reply::Unprefixed(frame),
@@ -362,60 +357,59 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             let size = frame.len();
             self.session.metrics().received(size + 4);
             let timing = Timing::of(&frame, now);
-            let action = self.session.request(frame);
-            let mut kept = 0;
-            let slot = match action {
-                Action::Respond(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Answered),
-                Action::Refused(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected),
-                Action::Close(why) => Slot::Ready(Reply::Close(why), Outcome::Rejected),
+            let (slot, kept) = match self.session.request(frame) {
+                Action::Respond(frame) => (
+                    Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)),
+                    0,
+                ),
+                Action::Refused(frame) => (
+                    Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected)),
+                    0,
+                ),
+                Action::Close(why) => (Some(Slot::Ready(Reply::Close(why), Outcome::Rejected)), 0),
                 Action::Later(answer) => {
                     self.laters += 1;
-                    Slot::Later(answer)
+                    (Some(Slot::Later(answer)), 0)
                 }
-                Action::Forward(fw) => {
-                    let link = match &mut self.link {
-                        Some(link) => link,
-                        None => match self.session.open_link() {
-                            Ok(link) => self.link.insert(link),
-                            Err(why) => {
-                                self.push(
-                                    timing,
-                                    Slot::Ready(Reply::Close(why), Outcome::Forwarded),
-                                );
-                                self.reservation.give_back(size);
-                                continue;
-                            }
-                        },
-                    };
-                    kept = fw.frame.len().min(size);
-                    link.send(fw.frame, fw.correlation_id, fw.expects_response, now);
-                    if fw.expects_response {
-                        self.awaiting
-                            .push_back(self.front_seq + self.slots.len() as u64);
-                        Slot::Upstream(fw.then)
-                    } else {
-                        // No response is due (Produce with acks=0).
-                        self.session.metrics().request(
-                            timing.api_key,
-                            timing.version,
-                            Outcome::Forwarded,
-                            now.elapsed(),
-                        );
-                        self.queued_held += kept;
-                        self.reservation.give_back(size - kept);
-                        continue;
-                    }
-                }
+                Action::Forward(fw) => self.forward(fw, timing, size),
             };
+            // The bytes the link now holds stay in the budget until written.
             self.queued_held += kept;
             self.reservation.give_back(size - kept);
-            self.push(timing, slot);
+            if let Some(slot) = slot {
+                self.slots.push_back(Entry { timing, slot });
+            }
         }
         Ok(())
     }
 
-    fn push(&mut self, timing: Timing, slot: Slot) {
-        self.slots.push_back(Entry { timing, slot });
+    /// Queues a forwarded request on the link, opened on first use. Returns the
+    /// request's slot (none when no response is due: Produce with acks=0) and
+    /// the bytes of its `size`-byte frame that the link now holds.
+    fn forward(&mut self, fw: Forward, timing: Timing, size: usize) -> (Option<Slot>, usize) {
+        let link = match &mut self.link {
+            Some(link) => link,
+            None => match self.session.open_link() {
+                Ok(link) => self.link.insert(link),
+                Err(why) => return (Some(Slot::Ready(Reply::Close(why), Outcome::Forwarded)), 0),
+            },
+        };
+        let kept = fw.frame.len().min(size);
+        link.send(
+            fw.frame,
+            fw.correlation_id,
+            fw.expects_response,
+            timing.read_at,
+        );
+        if !fw.expects_response {
+            let elapsed = timing.read_at.elapsed();
+            let metrics = self.session.metrics();
+            metrics.request(timing.api_key, timing.version, Outcome::Forwarded, elapsed);
+            return (None, kept);
+        }
+        self.awaiting
+            .push_back(self.front_seq + self.slots.len() as u64);
+        (Some(Slot::Upstream(fw.then)), kept)
     }
 
     /// The client closed its side: its upstream link goes at once, and the

@@ -122,11 +122,6 @@ impl UpstreamLink {
         }
     }
 
-    /// Whether nothing is queued or awaited.
-    pub fn idle(&self) -> bool {
-        self.waiting.is_empty() && self.outbox.is_empty()
-    }
-
     /// Connects, writes what is queued, and yields the next response (a frame
     /// without its size prefix). `sent` hears of each request frame written
     /// whole, with its size. An error ends the link: every later poll returns it.

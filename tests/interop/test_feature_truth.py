@@ -86,11 +86,6 @@ def uid() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def wait_until(check, timeout: float, interval: float = 0.2):
-    """check() until it returns something true, or the timeout; returns its last value."""
-    return poll(check, bool, timeout, interval)
-
-
 def poll(fetch, good, timeout: float, interval: float = 0.5):
     """fetch() until good(value), or the timeout; returns the last value."""
     deadline = time.monotonic() + timeout
@@ -121,7 +116,7 @@ def discovered(proxy: ke.KshimProcess) -> bool:
 
 
 def wait_discovered(proxy: ke.KshimProcess, timeout: float = 30) -> None:
-    assert wait_until(lambda: discovered(proxy), timeout), (
+    assert ke.wait_until(lambda: discovered(proxy), timeout), (
         f"kshim did not discover the upstream within {timeout}s\n{ke.tail(proxy.log_path)}"
     )
 
@@ -376,7 +371,7 @@ def resume_all_and_wait_healthy(cluster: ke.KafkaCluster, timeout: float = 120) 
             return False
         return all(v == views[0] for v in views)
 
-    assert wait_until(same_view, max(5.0, deadline - time.monotonic()), 0.5), (
+    assert ke.wait_until(same_view, max(5.0, deadline - time.monotonic()), 0.5), (
         "the nodes do not agree on the finalized features after the pause: "
         + repr({n.node_id: features(n.bootstrap).finalized for n in cluster.nodes})
     )
@@ -555,7 +550,7 @@ class TestThreeNodes:
             try:
                 signal_nodes(cluster, signal.SIGSTOP, 3)
                 log.append(sampler.mark("node 3 paused"))
-                assert wait_until(lambda: admin.brokers_up().get("3") == 0, 20), (
+                assert ke.wait_until(lambda: admin.brokers_up().get("3") == 0, 20), (
                     f"kshim does not see node 3 as down: {admin.brokers_up()}")
                 wait_active_controller(node1, "group.version", 1)
                 before = features(node1)
@@ -567,23 +562,23 @@ class TestThreeNodes:
                 on_broker = poll(lambda: features(node1), lambda i: level(i, "group.version") == 1, 10)
                 assert level(on_broker, "group.version") == 1, on_broker.finalized
                 assert on_broker.finalized_epoch > before.finalized_epoch
-                assert wait_until(lambda: level(features(proxy.bootstrap), "group.version") == 1, 10)
+                assert ke.wait_until(lambda: level(features(proxy.bootstrap), "group.version") == 1, 10)
 
                 signal_nodes(cluster, signal.SIGSTOP, 1, 2)
                 signal_nodes(cluster, signal.SIGCONT, 3)
                 log.append(sampler.mark("nodes 1 and 2 paused, node 3 resumed"))
                 # Node 3 alone answers, with its older view ...
-                stale = wait_until(lambda: _answers(node3), 20)
+                stale = ke.wait_until(lambda: _answers(node3), 20)
                 assert stale, "node 3 does not answer ApiVersions after SIGCONT"
                 assert "group.version" not in stale.finalized, stale.finalized
                 assert stale.finalized_epoch < on_broker.finalized_epoch, (stale.finalized_epoch, on_broker.finalized_epoch)
                 log.append(sampler.mark(f"node 3 answers with epoch {stale.finalized_epoch} "
                                         f"(nodes 1 and 2 were at {on_broker.finalized_epoch})"))
                 # ... and kshim has refreshed from it alone, several times.
-                assert wait_until(lambda: admin.brokers_up() == {"1": 0, "2": 0, "3": 1}, 30), (
+                assert ke.wait_until(lambda: admin.brokers_up() == {"1": 0, "2": 0, "3": 1}, 30), (
                     f"kshim never saw node 3 as the only broker up: {admin.brokers_up()}")
                 refreshed = admin.metric("kshim_upstream_refreshes_total", result="ok")
-                assert wait_until(
+                assert ke.wait_until(
                     lambda: admin.metric("kshim_upstream_refreshes_total", result="ok") >= refreshed + 3, 30), (
                     "kshim did not refresh three times from node 3 alone")
                 assert admin.brokers_up() == {"1": 0, "2": 0, "3": 1}
@@ -593,10 +588,10 @@ class TestThreeNodes:
             finally:
                 resume_all_and_wait_healthy(cluster)
             log.append(sampler.mark("cluster healthy again"))
-            assert wait_until(lambda: admin.brokers_up() == {"1": 1, "2": 1, "3": 1}, 30), admin.brokers_up()
-            assert wait_until(lambda: level(features(proxy.bootstrap), "group.version") == 1, 10)
+            assert ke.wait_until(lambda: admin.brokers_up() == {"1": 1, "2": 1, "3": 1}, 30), admin.brokers_up()
+            assert ke.wait_until(lambda: level(features(proxy.bootstrap), "group.version") == 1, 10)
             n = len(sampler.samples)
-            assert wait_until(lambda: len(sampler.samples) >= n + 20, 10)  # a second of the recovered cluster
+            assert ke.wait_until(lambda: len(sampler.samples) >= n + 20, 10)  # a second of the recovered cluster
         ignored = admin.metric("kshim_upstream_feature_views_ignored_total")
 
         samples = sampler.samples
@@ -635,7 +630,7 @@ class TestThreeNodes:
         assert level(features(proxy.bootstrap), AUDIT_FEATURE) == 1
         try:
             signal_nodes(cluster, signal.SIGSTOP, 2)
-            assert wait_until(lambda: proxy.admin.brokers_up().get("2") == 0, 20), (
+            assert ke.wait_until(lambda: proxy.admin.brokers_up().get("2") == 0, 20), (
                 f"kshim does not see broker 2 as down: {proxy.admin.brokers_up()}")
             listed = sorted(b[0] for b in ke.metadata_brokers(cluster.node(1).bootstrap))
             assert listed == [1, 2, 3], f"broker 2 dropped out of Metadata: {listed}"
@@ -730,7 +725,7 @@ class TestOneNode:
                 created = answers["create"][0] == NONE
                 if created:
                     # The broker applies a new topic a moment after the controller answered.
-                    wait_until(lambda: broker.topic_config(topic, "segment.bytes")[0] == NONE, 10, 0.05)
+                    ke.wait_until(lambda: broker.topic_config(topic, "segment.bytes")[0] == NONE, 10, 0.05)
                 code, value = broker.topic_config(topic, "segment.bytes")
                 exists = code == NONE
                 at = level(features(proxy.bootstrap), AUDIT_FEATURE)
@@ -748,7 +743,7 @@ class TestOneNode:
 
                 if exists:
                     assert broker.delete_topic(topic) == NONE
-                    assert wait_until(
+                    assert ke.wait_until(
                         lambda: broker.topic_config(topic, "segment.bytes")[0] == UNKNOWN_TOPIC_OR_PARTITION, 15, 0.05
                     ), f"race {i}: {topic} is still on the broker"
                 if at == 2:
@@ -797,7 +792,7 @@ class TestOneNode:
         assert "streams.version" not in features(node.bootstrap).supported
         reported = poll(surfaces, lambda s: report_of(s) == REPORTED, 20)
         mark = refreshes()  # ten more refreshes: still the one log line
-        assert wait_until(lambda: refreshes() >= mark + 10, 30), "kshim stopped refreshing"
+        assert ke.wait_until(lambda: refreshes() >= mark + 10, 30), "kshim stopped refreshing"
         reported_later = surfaces()
         further = update_once(proxy.bootstrap, "streams.version", 1)
         level_after_refusal = level(features(proxy.bootstrap), "streams.version")

@@ -76,15 +76,6 @@ def describe(bootstrap: str) -> dict:
     return kafka_env.require_or_fail(kafka_env.describe_features, bootstrap)
 
 
-def wait_until(check, timeout: float = 15.0, interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
-
-
 def levels(d: dict) -> dict[str, int]:
     return {name: r["max"] for name, r in d["finalized"].items()}
 
@@ -201,7 +192,7 @@ def test_upstream_away_then_back(kshim_factory, kafka_jars):
         assert seen.finalized["metadata.version"] == (27, 27)
         node = c.nodes[0]
         kafka_env.stop_process(node.proc)
-        assert wait_until(lambda: "keeps serving ApiVersions from its cached view" in proxy.log_path.read_text())
+        assert kafka_env.wait_until(lambda: "keeps serving ApiVersions from its cached view" in proxy.log_path.read_text(), timeout=15)
         cached = kafka_env.api_versions(proxy.bootstrap)
         assert cached.finalized == seen.finalized and cached.finalized_epoch == seen.finalized_epoch
         assert proxy.alive()
@@ -215,7 +206,7 @@ def test_upstream_away_then_back(kshim_factory, kafka_jars):
         c._launch(node)
         c._wait_ready(node, time.monotonic() + kafka_env.KAFKA_START_TIMEOUT_S, kafka_env.KAFKA_START_TIMEOUT_S)
         # Produce (key 0) is advertised only once kshim has seen the upstream's own table.
-        assert wait_until(lambda: 0 in kafka_env.api_versions(proxy.bootstrap).api_keys, timeout=30)
-        assert wait_until(lambda: "upstream reachable again" in proxy.log_path.read_text(), timeout=30)
+        assert kafka_env.wait_until(lambda: 0 in kafka_env.api_versions(proxy.bootstrap).api_keys, timeout=30)
+        assert kafka_env.wait_until(lambda: "upstream reachable again" in proxy.log_path.read_text(), timeout=30)
     finally:
         c.cleanup()
