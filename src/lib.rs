@@ -8,6 +8,7 @@
 //! minimal Kafka client for the CLI and tests), and `cli`.
 
 pub mod admin;
+pub mod census;
 pub mod client;
 pub mod cluster;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod controller;
 pub mod features;
 pub mod framing;
 pub mod handlers;
+pub mod lab;
 pub mod metrics;
 pub mod policy;
 pub mod protocol;

@@ -1,4 +1,5 @@
-//! The `kshim` binary: `serve`, and the operator CLIs `features` and `config`.
+//! The `kshim` binary: `serve`, and the operator CLIs `features`, `clients` and
+//! `config`.
 
 mod cli;
 
@@ -22,6 +23,8 @@ enum Command {
     /// Describe, upgrade, downgrade or disable finalized features of kshim or of
     /// any Kafka cluster.
     Features(cli::features::FeaturesArgs),
+    /// The client census and upgrade impact, from a running kshim's admin API.
+    Clients(cli::clients::ClientsArgs),
     /// Check a kshim config and a broker's properties against the config
     /// validators, offline.
     Config(cli::config::ConfigArgs),
@@ -42,6 +45,7 @@ fn main() -> std::process::ExitCode {
             Command::Serve(args) => cli::serve::run(args, log).await.map(|()| 0),
             Command::Features(args) => cli::features::run(args).await,
             Command::Config(args) => cli::config::run(args),
+            Command::Clients(args) => cli::clients::run(args).await,
         }
     });
     match result {
@@ -84,6 +88,6 @@ fn init_logging(command: &Command) -> kshim::service::LogControl {
 fn default_filter(command: &Command) -> &'static str {
     match command {
         Command::Serve(_) => "info",
-        Command::Features(_) | Command::Config(_) => "warn",
+        Command::Features(_) | Command::Config(_) | Command::Clients(_) => "warn",
     }
 }

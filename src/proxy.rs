@@ -126,6 +126,8 @@ impl Proxy {
             upstream: Some(Arc::clone(&upstream)),
             policies: Arc::new(PolicyCell::new(config.policies.clone())),
             metrics,
+            census: Arc::new(crate::census::Census::new(config.census.clone())),
+            lab: Arc::new(crate::lab::Lab::from_specs(&config.lab)),
         });
         let mut discoverer = Discoverer::new(upstream_config.bootstrap.clone(), link);
         let mut audited = BTreeSet::new();

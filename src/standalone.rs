@@ -83,6 +83,8 @@ impl Standalone {
             upstream: None,
             policies: Arc::new(PolicyCell::new(config.policies.clone())),
             metrics,
+            census: Arc::new(crate::census::Census::new(config.census.clone())),
+            lab: Arc::new(crate::lab::Lab::from_specs(&config.lab)),
         });
         let limits = limits(config, None);
         context.metrics.watch_frame_budget(&limits.budget);

@@ -457,6 +457,7 @@ fn peer() -> Arc<Peer> {
         addr: "127.0.0.1:40000".parse().unwrap(),
         principal: ANONYMOUS.to_owned(),
         route: Route::Bootstrap,
+        tls: false,
     })
 }
 
@@ -519,6 +520,8 @@ fn with_api_table(ctx: &Context, apis: Vec<ApiRange>, draft_tags: bool) -> Arc<C
         upstream: None,
         policies: Arc::clone(&ctx.policies),
         metrics: Arc::clone(&ctx.metrics),
+        census: Arc::clone(&ctx.census),
+        lab: Arc::clone(&ctx.lab),
     })
 }
 

@@ -416,6 +416,7 @@ async fn mutated_frames_never_panic_or_corrupt_the_state() {
         addr: "127.0.0.1:40000".parse().unwrap(),
         principal: ANONYMOUS.to_owned(),
         route: Route::Bootstrap,
+        tls: false,
     });
 
     let (mut corpus, answers) = fixture_seeds();

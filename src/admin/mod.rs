@@ -9,6 +9,7 @@
 //! set). Reads need one too unless `admin.read_requires_auth = false`. Health
 //! checks never do. The OpenAPI document is `docs/admin-api.openapi.json`.
 
+mod clients;
 pub mod server;
 
 use crate::config::{AdminConfig, Secret};
@@ -20,7 +21,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, Router};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -131,7 +132,7 @@ type Shared = Arc<AdminState>;
 
 /// Every route and its methods. `docs/admin-api.openapi.json` documents the same
 /// set; a test holds the router, this table and the document together.
-pub const ROUTES: [(&str, &[&str]); 8] = [
+pub const ROUTES: [(&str, &[&str]); 12] = [
     ("/admin/cluster", &["get"]),
     ("/healthz", &["get"]),
     ("/readyz", &["get"]),
@@ -140,6 +141,10 @@ pub const ROUTES: [(&str, &[&str]); 8] = [
     ("/admin/config", &["get", "patch"]),
     ("/admin/config/validate", &["post"]),
     ("/admin/config/{key}", &["delete"]),
+    ("/admin/clients", &["get"]),
+    ("/admin/clients/impact", &["get"]),
+    ("/admin/lab/scenarios", &["get"]),
+    ("/admin/lab/scenarios/{name}", &["put", "delete"]),
 ];
 
 /// The admin API.
@@ -153,6 +158,13 @@ pub fn router(state: Shared) -> Router {
         .route("/admin/config", get(get_config).patch(patch_config))
         .route("/admin/config/validate", post(validate_config))
         .route("/admin/config/{key}", delete(delete_config))
+        .route("/admin/clients", get(clients::clients))
+        .route("/admin/clients/impact", get(clients::impact))
+        .route("/admin/lab/scenarios", get(clients::list_scenarios))
+        .route(
+            "/admin/lab/scenarios/{name}",
+            put(clients::put_scenario).delete(clients::delete_scenario),
+        )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
@@ -330,6 +342,9 @@ async fn metrics(
             .collect(),
         upstream,
     });
+    let mut text = text;
+    ctx.census.render_metrics(&mut text);
+    ctx.lab.render_metrics(&mut text);
     Ok((
         [(
             header::CONTENT_TYPE,
@@ -374,7 +389,7 @@ async fn features(
     authorize(&state, caller.as_deref(), &headers, Need::Read)?;
     let ctx = &state.context;
     let snapshot = ctx.controller.snapshot();
-    let view = crate::protocol::api_versions::features_for_version(4, &snapshot);
+    let view = crate::protocol::api_versions::features_for_version(4, &snapshot, true);
     let mut doc = view.describe_document("OK", &ctx.node.host, ctx.node.port);
     let owners: Map<String, Value> = view
         .supported

@@ -657,7 +657,9 @@ async fn the_openapi_document_the_route_table_and_the_router_agree() {
     assert_eq!(documented, table);
     let f = Fixture::start("").await;
     for (path, method) in &table {
-        let uri = path.replace("{key}", "log.level");
+        let uri = path
+            .replace("{key}", "log.level")
+            .replace("{name}", "probe");
         let body = if method == "get" || method == "delete" {
             ""
         } else {

@@ -72,6 +72,10 @@ pub struct Config {
     pub log_level: Option<String>,
     /// `[config_providers] file_allowed_paths`.
     pub file_allowed_paths: Vec<PathBuf>,
+    /// `[census]`: the client census.
+    pub census: crate::census::CensusConfig,
+    /// `[[lab.scenarios]]`: discovery-lab scenarios, checked.
+    pub lab: Vec<crate::lab::ScenarioSpec>,
 }
 
 /// A value that must not appear in logs or debug output: a password or a token.
@@ -175,6 +179,8 @@ impl Default for Config {
             admin: None,
             log_level: None,
             file_allowed_paths: Vec::new(),
+            census: crate::census::CensusConfig::default(),
+            lab: Vec::new(),
         }
     }
 }
@@ -485,7 +491,31 @@ impl Config {
             let admin = top.table("admin");
             let log = top.table("log");
             let providers = top.table("config_providers");
+            let census = top.table("census");
+            let lab = top.table("lab");
             top.finish();
+
+            if let Some(t) = census {
+                let mut w = walker("census", t, &mut errors);
+                if let Some(v) = w.bool("enabled") {
+                    c.census.enabled = v;
+                }
+                if let Some(v) = w.int::<usize>("max_clients", "1 or more") {
+                    if v == 0 {
+                        w.errors
+                            .push(ConfigError::new("census.max_clients", "must be 1 or more"));
+                    } else {
+                        c.census.max_clients = v;
+                    }
+                }
+                if let Some(v) = w.int::<usize>("metrics_software_versions", "0 or more") {
+                    c.census.metrics_software_versions = v;
+                }
+                w.finish();
+            }
+            if let Some(t) = lab {
+                c.lab = crate::lab::parse_lab(t, &mut errors);
+            }
 
             if let Some(t) = tls_table {
                 c.tls = tls::parse_listener_tls("tls", t, &mut errors);

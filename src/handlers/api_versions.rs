@@ -2,10 +2,12 @@
 //! bodies that are rebuilt only when the snapshot changes.
 
 use super::{Context, HandlerError};
+use crate::census::Served;
 use crate::features::FeatureSnapshot;
+use crate::lab::Shape;
 use crate::protocol::api_versions::{
-    invalid_request_body, is_valid_client_software, parse_request, success_body,
-    unsupported_version_body, ApiRange, ClientSoftware, MAX_VERSION,
+    body_with_view, features_for_version, invalid_request_body, is_valid_client_software,
+    parse_request, success_body, unsupported_version_body, ApiRange, ClientSoftware, MAX_VERSION,
 };
 use crate::protocol::response::{frame_with_body, EncodeError};
 use crate::protocol::{HeaderPeek, RequestFrame};
@@ -56,7 +58,7 @@ struct Answers {
 /// cluster the API table follows the upstream (`set_apis`).
 pub struct Discovery {
     apis: ArcSwap<Vec<ApiRange>>,
-    draft_tags: bool,
+    pub draft_tags: bool,
     answers: ArcSwap<Answers>,
 }
 
@@ -81,6 +83,11 @@ impl Discovery {
             tracing::info!("advertised API versions changed: {} keys", apis.len());
             self.apis.store(Arc::new(apis));
         }
+    }
+
+    /// The API table advertised now.
+    pub fn apis(&self) -> Arc<Vec<ApiRange>> {
+        self.apis.load_full()
     }
 
     /// The answer body for `version` and `snapshot`, rebuilding the cache when the
@@ -196,16 +203,32 @@ fn version_triple(version: &str) -> (u32, u32, u32) {
     )
 }
 
-pub fn handle(ctx: &Context, frame: Bytes) -> Result<Bytes, HandlerError> {
+/// An ApiVersions request as read.
+pub enum Read {
+    /// A version kshim does not know, or client software fields that fail
+    /// Kafka's pattern: answered with an error, not with features.
+    Refused(Bytes),
+    Request(Request),
+}
+
+pub struct Request {
+    pub version: i16,
+    pub correlation_id: i32,
+    /// The client software fields (v3+).
+    pub software: Option<ClientSoftware>,
+}
+
+/// Reads an ApiVersions request.
+pub fn read(frame: Bytes) -> Result<Read, HandlerError> {
     let api = ApiKey::ApiVersions;
     let peek = HeaderPeek::parse(&frame).map_err(HandlerError::malformed(api, 0))?;
     if !(0..=MAX_VERSION).contains(&peek.api_version) {
-        return Ok(frame_with_body(
+        return Ok(Read::Refused(frame_with_body(
             api,
             0,
             peek.correlation_id,
             &unsupported_version_body(),
-        ));
+        )));
     }
     let version = peek.api_version;
     let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, version))?;
@@ -214,20 +237,102 @@ pub fn handle(ctx: &Context, frame: Bytes) -> Result<Bytes, HandlerError> {
     if let Some(s) = &software {
         if !is_valid_client_software(s) {
             tracing::debug!(name = %s.name, version = %s.version, "ApiVersions with invalid client software fields");
-            return Ok(frame_with_body(
+            return Ok(Read::Refused(frame_with_body(
                 api,
                 version,
                 peek.correlation_id,
                 &invalid_request_body(version)?,
-            ));
+            )));
         }
     }
-    let body = ctx.discovery.body(
+    Ok(Read::Request(Request {
         version,
-        ctx.controller.snapshot(),
-        tolerates_draft_tags(software.as_ref()),
-    )?;
-    Ok(frame_with_body(api, version, peek.correlation_id, &body))
+        correlation_id: peek.correlation_id,
+        software,
+    }))
+}
+
+/// The answer to `request`, and the feature view it carries; shaped by the
+/// discovery lab's scenarios when `shape` is given (built afresh then: such
+/// answers are not cached).
+pub fn answer(
+    ctx: &Context,
+    request: &Request,
+    shape: Option<&Shape<'_>>,
+) -> Result<(Bytes, Served), HandlerError> {
+    let version = request.version;
+    let snapshot = ctx.controller.snapshot();
+    let draft = tolerates_draft_tags(request.software.as_ref());
+    let (body, view) = match shape {
+        None => (
+            ctx.discovery.body(version, Arc::clone(&snapshot), draft)?,
+            features_for_version(version, &snapshot, true),
+        ),
+        Some(shape) => {
+            let pinned = shape.features;
+            let mut view =
+                features_for_version(version, &snapshot, pinned.is_none_or(|p| p.min_zero_filter));
+            if let Some(epoch) = pinned.and_then(|p| p.epoch) {
+                view.epoch = epoch;
+            }
+            if let Some(levels) = pinned.and_then(|p| p.levels.as_ref()) {
+                view.finalized = levels
+                    .iter()
+                    .filter(|(_, &l)| l > 0)
+                    .map(|(name, &l)| (name.clone(), (l, l)))
+                    .collect();
+            }
+            let apis = narrowed(&ctx.discovery.apis(), &shape.ranges);
+            let draft = draft && ctx.discovery.draft_tags;
+            (
+                body_with_view(version, &apis, &view, draft, &shape.tags)?,
+                view,
+            )
+        }
+    };
+    let served = Served {
+        api_versions_version: version,
+        epoch: if version >= 3 { view.epoch } else { -1 },
+        levels: if version >= 3 {
+            view.finalized
+                .iter()
+                .map(|(n, (_, max))| (n.clone(), *max))
+                .collect()
+        } else {
+            Default::default()
+        },
+        scenarios: shape.map(|s| s.names.clone()).unwrap_or_default(),
+    };
+    Ok((
+        frame_with_body(ApiKey::ApiVersions, version, request.correlation_id, &body),
+        served,
+    ))
+}
+
+/// `apis` with the lab's ranges intersected in; an API whose intersection is
+/// empty is left out.
+fn narrowed(apis: &[ApiRange], ranges: &[(i16, i16, i16)]) -> Vec<ApiRange> {
+    apis.iter()
+        .filter_map(|a| match ranges.iter().find(|r| r.0 == a.api_key) {
+            None => Some(*a),
+            Some(&(_, min, max)) => {
+                let (min, max) = (a.min.max(min), a.max.min(max));
+                (min <= max).then_some(ApiRange {
+                    api_key: a.api_key,
+                    min,
+                    max,
+                })
+            }
+        })
+        .collect()
+}
+
+/// Answers an ApiVersions request (as a client with no lab scenario gets it).
+pub fn handle(ctx: &Context, frame: Bytes) -> Result<Bytes, HandlerError> {
+    match read(frame)? {
+        Read::Refused(frame) => Ok(frame),
+        Read::Request(request) => answer(ctx, &request, None).map(|(frame, _)| frame),
+    }
 }
 
 #[cfg(test)]

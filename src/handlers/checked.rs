@@ -70,6 +70,7 @@ pub(super) fn settle(
             api,
             version,
             hold: None,
+            delay: None,
             after: AfterResponse::Merge(Box::new(move |upstream| {
                 results::merge(api, version, upstream, &slots)
             })),

@@ -31,6 +31,9 @@ pub struct Then {
     pub after: AfterResponse,
     /// Kept until the response has come back (or the request is dropped).
     pub hold: Option<Box<dyn std::any::Any + Send>>,
+    /// How long the response waits before the client gets it (a discovery-lab
+    /// scenario).
+    pub delay: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Then {
@@ -98,6 +101,7 @@ pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
             version,
             after,
             hold: None,
+            delay: None,
         },
     })
 }

@@ -121,6 +121,8 @@ pub struct Context {
     /// whoever changes them at runtime.
     pub policies: Arc<PolicyCell>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    pub census: Arc<crate::census::Census>,
+    pub lab: Arc<crate::lab::Lab>,
 }
 
 /// Per connection.
@@ -130,6 +132,8 @@ pub struct Peer {
     pub principal: String,
     /// Which listener the connection came in on.
     pub route: Route,
+    /// Whether the connection is TLS.
+    pub tls: bool,
 }
 
 pub const ANONYMOUS: &str = "User:ANONYMOUS";

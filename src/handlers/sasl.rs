@@ -98,6 +98,11 @@ fn names_users(mechanism: &str) -> bool {
 }
 
 impl SaslExchange {
+    /// The mechanism of the authentication the upstream accepted.
+    pub fn mechanism(&self) -> Option<&str> {
+        self.authenticated.as_ref().map(|a| a.mechanism.as_str())
+    }
+
     /// Judges a SaslHandshake or SaslAuthenticate request on its way to the
     /// upstream.
     pub fn request(&mut self, frame: &Bytes) -> SaslVerdict {

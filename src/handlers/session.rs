@@ -4,14 +4,20 @@
 //! gets it. The connection (`crate::server`) frames, orders and writes; every
 //! decision that needs the Kafka protocol is made here.
 
+use super::api_versions;
 use super::forward::{AfterResponse, Then};
 use super::sasl::{self, SaslExchange, SaslVerdict};
 use super::{dispatch, Action, Context, Peer};
-use crate::protocol::response::{response_body_offset, with_new_body};
-use crate::protocol::CodecError;
+use crate::census::{api_name, Tracked};
+use crate::lab::{self, Applied, Who};
+use crate::protocol::api_versions::ClientSoftware;
+use crate::protocol::response::{frame_with_body, response_body_offset, with_new_body};
+use crate::protocol::{error_codes, CodecError, HeaderPeek};
 use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 pub struct Session {
@@ -19,15 +25,73 @@ pub struct Session {
     /// Replaced when the client authenticates with SASL through kshim.
     peer: Arc<Peer>,
     sasl: SaslExchange,
+    /// The client software named in the last ApiVersions v3+ request.
+    software: Option<ClientSoftware>,
+    /// This connection's census record; `None` with the census off.
+    census: Option<Tracked>,
+    /// The discovery-lab scenarios this connection is under.
+    lab: Applied,
 }
 
 impl Session {
     pub fn new(ctx: Arc<Context>, peer: Peer) -> Session {
-        Session {
+        let security = if peer.tls { "SSL" } else { "PLAINTEXT" };
+        let census = ctx.census.open(peer.addr, &peer.principal, security);
+        let mut session = Session {
             ctx,
             peer: Arc::new(peer),
             sasl: SaslExchange::default(),
+            software: None,
+            census,
+            lab: Applied::default(),
+        };
+        session.rematch();
+        session
+    }
+
+    /// Kafka's name for how the client connected: "PLAINTEXT", "SSL",
+    /// "SASL_SSL/SCRAM-SHA-512".
+    fn security(&self) -> String {
+        let transport = if self.peer.tls { "SSL" } else { "PLAINTEXT" };
+        match self.sasl.mechanism() {
+            Some(m) => format!("SASL_{transport}/{m}"),
+            None => transport.to_owned(),
         }
+    }
+
+    /// Works out again which lab scenarios apply to this connection, and logs
+    /// the ones that newly do.
+    fn rematch(&mut self) {
+        let who = Who {
+            software: self.software.as_ref(),
+            principal: &self.peer.principal,
+            addr: self.peer.addr.ip(),
+        };
+        for name in self.lab.rematch(&self.ctx.lab, &who) {
+            tracing::info!(
+                peer = %self.peer.addr,
+                principal = %self.peer.principal,
+                software = %self.software.as_ref().map_or("-".into(), |s| format!("{}/{}", s.name, s.version)),
+                scenario = %name,
+                "discovery lab: scenario applies to this connection"
+            );
+        }
+        if let Some(census) = &self.census {
+            census.scenarios(self.lab.names());
+        }
+    }
+
+    /// The connection's identity changed: the census counts it anew and the
+    /// lab matches it again.
+    fn identified(&mut self) {
+        if let Some(census) = &self.census {
+            census.identify(
+                &self.peer.principal,
+                self.software.as_ref(),
+                Some(&self.security()),
+            );
+        }
+        self.rematch();
     }
 
     pub fn peer(&self) -> &Peer {
@@ -40,9 +104,102 @@ impl Session {
 
     /// What to do with one request frame (without its size prefix).
     pub fn request(&mut self, frame: Bytes) -> Action {
-        let api_key = frame
-            .get(..2)
-            .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
+        let field = |at: usize| {
+            frame
+                .get(at..at + 2)
+                .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
+        };
+        let (api_key, version) = (field(0), field(2));
+        if let Some(census) = &self.census {
+            census.request(api_key, version);
+        }
+        if self.lab.stale(&self.ctx.lab) {
+            self.rematch();
+        }
+        if self.lab.is_empty() {
+            return self.act(api_key, frame);
+        }
+        let action = match self.lab_error(api_key, &frame) {
+            Some(answer) => answer,
+            None => self.act(api_key, frame),
+        };
+        match self.lab.delay_for(api_key) {
+            Some(delay) => delayed(action, delay),
+            None => action,
+        }
+    }
+
+    /// The lab's error answer to this request, when a scenario has one for it.
+    fn lab_error(&mut self, api_key: i16, frame: &Bytes) -> Option<Action> {
+        let api = ApiKey::try_from(api_key).ok()?;
+        let peek = HeaderPeek::parse(frame).ok()?;
+        let (code, scenario) = self.lab.error_for(api_key)?;
+        let body = match lab::errors::error_body(api, peek.api_version, code)? {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::warn!("discovery lab: {e}");
+                return None;
+            }
+        };
+        tracing::info!(peer = %self.peer.addr, %scenario, "discovery lab: {api:?} v{} answered with error {code} ({})", peek.api_version, error_codes::name(code));
+        if let Some(census) = &self.census {
+            census.error(&format!(
+                "{api:?}: {} ({code}, discovery lab)",
+                error_codes::name(code)
+            ));
+        }
+        Some(Action::Respond(frame_with_body(
+            api,
+            peek.api_version,
+            peek.correlation_id,
+            &body,
+        )))
+    }
+
+    /// What kshim does with a request the lab leaves alone.
+    fn act(&mut self, api_key: i16, frame: Bytes) -> Action {
+        let action = if api_key == ApiKey::ApiVersions as i16 {
+            self.api_versions(frame)
+        } else {
+            self.dispatch(api_key, frame)
+        };
+        if let Some(census) = &self.census {
+            match &action {
+                Action::Refused(_) => census.error(&format!("{}: refused", api_name(api_key))),
+                Action::Close(_) => {
+                    census.error(&format!("{}: connection closed", api_name(api_key)))
+                }
+                _ => {}
+            }
+        }
+        action
+    }
+
+    /// ApiVersions: the client software it names identifies the connection, and
+    /// the lab's scenarios for that software shape the answer.
+    fn api_versions(&mut self, frame: Bytes) -> Action {
+        let request = match api_versions::read(frame) {
+            Ok(api_versions::Read::Request(request)) => request,
+            Ok(api_versions::Read::Refused(frame)) => return Action::Respond(frame),
+            Err(e) => return Err::<Bytes, _>(e).into(),
+        };
+        if request.software.is_some() && request.software != self.software {
+            self.software.clone_from(&request.software);
+            self.identified();
+        }
+        let shape = self.lab.shape();
+        match api_versions::answer(&self.ctx, &request, shape.as_ref()) {
+            Ok((frame, served)) => {
+                if let Some(census) = &self.census {
+                    census.served(served);
+                }
+                Action::Respond(frame)
+            }
+            Err(e) => Err::<Bytes, _>(e).into(),
+        }
+    }
+
+    fn dispatch(&mut self, api_key: i16, frame: Bytes) -> Action {
         let reads_sasl = self.ctx.upstream.is_some() && sasl::reads(api_key);
         if reads_sasl {
             match self.sasl.request(&frame) {
@@ -99,6 +256,7 @@ impl Session {
             version,
             after,
             hold,
+            delay: _,
         } = then;
         let result = match after {
             AfterResponse::PassOn => Ok(frame),
@@ -110,6 +268,7 @@ impl Session {
                         principal,
                         ..(*self.peer).clone()
                     });
+                    self.identified();
                     Ok(frame)
                 }
                 Ok(None) => Ok(frame),
@@ -136,5 +295,21 @@ impl Session {
             tracing::warn!("{e}");
         }
         result
+    }
+}
+
+/// `action`, answered `delay` later. A forwarded request goes upstream at once
+/// (the broker sees the client's order); its response waits.
+fn delayed(action: Action, delay: Duration) -> Action {
+    match action {
+        Action::Forward(mut fw) => {
+            fw.then.delay = Some(delay);
+            Action::Forward(fw)
+        }
+        Action::Close(why) => Action::Close(why),
+        other => Action::Later(Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            other.settle().await
+        })),
     }
 }

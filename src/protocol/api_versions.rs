@@ -87,6 +87,19 @@ pub fn success_body(
     snapshot: &FeatureSnapshot,
     draft_tags: bool,
 ) -> Result<Bytes, EncodeError> {
+    let view = features_for_version(version, snapshot, true);
+    body_with_view(version, apis, &view, draft_tags, &BTreeMap::new())
+}
+
+/// The body of a successful answer at `version` carrying `view` (v3+), in the
+/// draft tags too when `draft_tags` is set, and the tagged fields `extra`.
+pub fn body_with_view(
+    version: i16,
+    apis: &[ApiRange],
+    view: &DraftFeatures,
+    draft_tags: bool,
+    extra: &BTreeMap<i32, Bytes>,
+) -> Result<Bytes, EncodeError> {
     let mut body = ApiVersionsResponse::default().with_api_keys(
         apis.iter()
             .map(|a| {
@@ -98,7 +111,6 @@ pub fn success_body(
             .collect(),
     );
     if version >= 3 {
-        let view = features_for_version(version, snapshot);
         body.supported_features = view
             .supported
             .iter()
@@ -123,19 +135,27 @@ pub fn success_body(
         if draft_tags {
             body.unknown_tagged_fields = view.encode();
         }
+        for (tag, value) in extra {
+            body.unknown_tagged_fields.insert(*tag, value.clone());
+        }
     }
     encode_body(ApiKey::ApiVersions, version, &body)
 }
 
 /// The feature view a v3+ answer of `version` carries: finalized levels as
-/// min = max = level, disabled features left out, and, below v4, supported features
-/// whose min is 0 left out (older clients refuse a min of 0; KAFKA-17011).
-pub fn features_for_version(version: i16, snapshot: &FeatureSnapshot) -> DraftFeatures {
+/// min = max = level, disabled features left out, and, below v4 with
+/// `min_zero_filter`, supported features whose min is 0 left out (older
+/// clients refuse a min of 0; KAFKA-17011).
+pub fn features_for_version(
+    version: i16,
+    snapshot: &FeatureSnapshot,
+    min_zero_filter: bool,
+) -> DraftFeatures {
     DraftFeatures {
         supported: snapshot
             .supported
             .iter()
-            .filter(|(_, r)| version >= 4 || r.min > 0)
+            .filter(|(_, r)| version >= 4 || r.min > 0 || !min_zero_filter)
             .map(|(name, r)| (name.clone(), (r.min, r.max)))
             .collect(),
         epoch: snapshot.finalized.epoch,

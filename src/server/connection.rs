@@ -235,11 +235,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     let Slot::Upstream(then) = std::mem::replace(&mut entry.slot, answered) else {
                         return Err("an upstream response for a request answered already".into());
                     };
-                    let reply = match self.session.response(then, frame) {
-                        Ok(frame) => Reply::Unprefixed(frame),
-                        Err(why) => Reply::Close(why),
+                    let delay = then.delay;
+                    entry.slot = match (self.session.response(then, frame), delay) {
+                        (Ok(frame), None) => {
+                            Slot::Ready(Reply::Unprefixed(frame), Outcome::Forwarded)
+                        }
+                        (Ok(frame), Some(delay)) => {
+                            self.laters += 1;
+                            Slot::Later(Box::pin(async move {
+                                tokio::time::sleep(delay).await;
+                                Action::Respond(prefixed(&frame))
+                            }))
+                        }
+                        (Err(why), _) => Slot::Ready(Reply::Close(why), Outcome::Forwarded),
                     };
-                    entry.slot = Slot::Ready(reply, Outcome::Forwarded);
                 }
             }
         }
@@ -483,6 +492,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         }
         None
     }
+}
+
+/// `frame` with its size prefix.
+fn prefixed(frame: &[u8]) -> Bytes {
+    let mut out = bytes::BytesMut::with_capacity(4 + frame.len());
+    out.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+    out.extend_from_slice(frame);
+    out.freeze()
 }
 
 /// Resolves when the broker behind the connection's listener leaves or moves,

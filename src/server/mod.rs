@@ -158,7 +158,7 @@ pub async fn serve(
                 let ctx = Arc::clone(&ctx);
                 let limits = limits.clone();
                 let shutdown = shutdown.clone();
-                let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route };
+                let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route, tls: false };
                 let tls = tls.as_ref().map(|cell| cell.current());
                 tracker.spawn(async move {
                     match tls {
@@ -170,6 +170,7 @@ pub async fn serve(
                             let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&material.config));
                             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                                 Ok(Ok(stream)) => {
+                                    peer.tls = true;
                                     let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
                                     if let Some(leaf) = leaf {
                                         match material.principal(leaf) {

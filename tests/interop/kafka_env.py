@@ -218,6 +218,8 @@ class ApiVersionsInfo:
     supported: dict[str, tuple[int, int]] = field(default_factory=dict)
     finalized: dict[str, tuple[int, int]] = field(default_factory=dict)
     finalized_epoch: int | None = None
+    # Tagged fields other than 0-2, raw: tag -> bytes.
+    other_tags: dict[int, bytes] = field(default_factory=dict)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -241,15 +243,21 @@ def exchange(bootstrap: str, frame: bytes, timeout: float) -> bytes:
         return _recv_exact(sock, size)
 
 
-def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3) -> ApiVersionsInfo:
+def api_versions_request(version: int = 3, software: tuple[str, str] = ("kshim-interop", "0"),
+                         correlation_id: int = 1) -> bytes:
+    """An ApiVersions v3/v4 request frame (without its size) naming `software`."""
+    client_id = b"kshim-interop"
+    header = struct.pack(">hhih", 18, version, correlation_id, len(client_id)) + client_id + b"\x00"
+    return header + encode_compact_string(software[0]) + encode_compact_string(software[1]) + b"\x00"
+
+
+def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3,
+                 software: tuple[str, str] = ("kshim-interop", "0")) -> ApiVersionsInfo:
     """Send ApiVersions v3 (or v4: the same layout, but supported features whose min is 0 are
-    listed too) and decode the response, including the feature tags 0-2."""
+    listed too) naming `software`, and decode the response, including the feature tags 0-2."""
     if version not in (3, 4):
         raise ValueError("api_versions speaks ApiVersions v3 and v4 only")
-    client_id = b"kshim-interop"
-    header = struct.pack(">hhih", 18, version, 1, len(client_id)) + client_id + b"\x00"
-    body = bytes([len(b"kshim-interop") + 1]) + b"kshim-interop" + bytes([2]) + b"0" + b"\x00"
-    resp = exchange(bootstrap, header + body, timeout)
+    resp = exchange(bootstrap, api_versions_request(version, software), timeout)
     pos = 4  # correlation id; the ApiVersions response header is always v0
     (error_code,) = struct.unpack_from(">h", resp, pos)
     pos += 2
@@ -284,6 +292,8 @@ def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3) -> ApiV
                 hi, lo = struct.unpack_from(">hh", resp, p)
                 p = _skip_tags(resp, p + 4)
                 info.finalized[name] = (lo, hi)
+        else:
+            info.other_tags[tag] = resp[pos:end]
         pos = end
     return info
 

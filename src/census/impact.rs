@@ -1,0 +1,236 @@
+//! Upgrade impact: which clients the census has seen would break, or change
+//! behaviour, under a planned change. Two questions:
+//!
+//! - a Kafka release (`--kafka-version 4.0`): every client that used an API
+//!   version the release's brokers no longer serve (Kafka 4.0 removed the
+//!   oldest versions of many APIs, KIP-896), from the table in `releases`;
+//! - a feature level (`--feature group.version=1`): which clients were served a
+//!   lower level (they switch protocols once they see it), and which use API
+//!   versions that need a higher level than the one planned (they break if the
+//!   feature is set below them), from `FEATURE_APIS`.
+
+use super::releases::{Release, RELEASES};
+use super::{api_name, ClientView};
+use serde::Serialize;
+
+/// API versions that a client uses only when a feature is finalized at a level:
+/// (feature, level, api key, lowest version that needs it). From Apache Kafka
+/// 4.1: the consumer rebalance protocol (KIP-848) needs group.version 1; the
+/// transaction protocol of KIP-890 (Produce v12, EndTxn v5) needs
+/// transaction.version 2; share groups (KIP-932) need share.version 1; the
+/// Streams rebalance protocol (KIP-1071) needs streams.version 1.
+pub const FEATURE_APIS: &[(&str, i16, i16, i16)] = &[
+    ("group.version", 1, 68, 0),       // ConsumerGroupHeartbeat
+    ("group.version", 1, 69, 0),       // ConsumerGroupDescribe
+    ("transaction.version", 2, 0, 12), // Produce
+    ("transaction.version", 2, 26, 5), // EndTxn
+    ("share.version", 1, 76, 0),       // ShareGroupHeartbeat
+    ("share.version", 1, 77, 0),       // ShareGroupDescribe
+    ("share.version", 1, 78, 0),       // ShareFetch
+    ("share.version", 1, 79, 0),       // ShareAcknowledge
+    ("streams.version", 1, 88, 0),     // StreamsGroupHeartbeat
+    ("streams.version", 1, 89, 0),     // StreamsGroupDescribe
+];
+
+/// The release table's entry for "4.0" (or "4.0.1": patch releases share their
+/// minor's protocol).
+pub fn release(version: &str) -> Option<&'static Release> {
+    let minor: String = version.split('.').take(2).collect::<Vec<_>>().join(".");
+    RELEASES.iter().find(|r| r.version == minor)
+}
+
+/// The releases the table knows, oldest first.
+pub fn known_releases() -> Vec<&'static str> {
+    RELEASES.iter().map(|r| r.version).collect()
+}
+
+/// One API version a client used that the target does not serve.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unserved {
+    pub api_key: i16,
+    pub api: String,
+    pub version: i16,
+    pub requests: u64,
+    /// What the release serves of this API; `None`: the API itself is gone.
+    pub served_min: Option<i16>,
+    pub served_max: Option<i16>,
+}
+
+/// A client and what it would lose.
+#[derive(Debug, Clone, Serialize)]
+pub struct Affected<T> {
+    pub principal: String,
+    pub software_name: Option<String>,
+    pub software_version: Option<String>,
+    pub addresses: Vec<String>,
+    pub last_seen_ms: u64,
+    pub connections_live: usize,
+    pub apis: Vec<T>,
+}
+
+impl<T> Affected<T> {
+    fn of(client: &ClientView, apis: Vec<T>) -> Affected<T> {
+        Affected {
+            principal: client.principal.clone(),
+            software_name: client.software_name.clone(),
+            software_version: client.software_version.clone(),
+            addresses: client.addresses.clone(),
+            last_seen_ms: client.last_seen_ms,
+            connections_live: client.connections_live,
+            apis,
+        }
+    }
+}
+
+/// The report for a Kafka release.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReleaseImpact {
+    pub kafka_version: String,
+    pub clients_checked: usize,
+    pub affected: Vec<Affected<Unserved>>,
+}
+
+/// Which of `clients` used API versions that `release`'s brokers do not serve.
+/// Versions above what the release serves are not counted: clients negotiate
+/// those down.
+pub fn release_impact(release: &Release, clients: &[ClientView]) -> ReleaseImpact {
+    let affected = clients
+        .iter()
+        .filter_map(|client| {
+            let apis: Vec<Unserved> = client
+                .apis
+                .iter()
+                .filter(|a| a.api_key >= 0)
+                .filter_map(|a| {
+                    let range = release.apis.iter().find(|(k, _, _)| *k == a.api_key);
+                    match range {
+                        Some(&(_, min, _)) if a.version >= min => None,
+                        _ => Some(Unserved {
+                            api_key: a.api_key,
+                            api: a.api.clone(),
+                            version: a.version,
+                            requests: a.requests,
+                            served_min: range.map(|r| r.1),
+                            served_max: range.map(|r| r.2),
+                        }),
+                    }
+                })
+                .collect();
+            (!apis.is_empty()).then(|| Affected::of(client, apis))
+        })
+        .collect();
+    ReleaseImpact {
+        kafka_version: release.version.to_owned(),
+        clients_checked: clients.len(),
+        affected,
+    }
+}
+
+/// One API version a client used that needs a feature level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gated {
+    pub api_key: i16,
+    pub api: String,
+    pub version: i16,
+    pub requests: u64,
+    pub needs_level: i16,
+}
+
+/// A client that was served a lower level than the planned one.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServedLower {
+    pub principal: String,
+    pub software_name: Option<String>,
+    pub software_version: Option<String>,
+    pub addresses: Vec<String>,
+    pub served_level: i16,
+    pub served_epoch: i64,
+}
+
+/// The report for a feature level.
+#[derive(Debug, Clone, Serialize)]
+pub struct FeatureImpact {
+    pub feature: String,
+    pub level: i16,
+    pub clients_checked: usize,
+    /// Served a lower level (or the feature not at all): they change behaviour
+    /// once they are served the planned level.
+    pub served_lower: Vec<ServedLower>,
+    /// Using API versions that need a higher level than the planned one: they
+    /// break if the feature is set to it.
+    pub would_break: Vec<Affected<Gated>>,
+    /// Using API versions that need this feature at a level the plan keeps.
+    pub depend_on_it: Vec<Affected<Gated>>,
+}
+
+/// What finalizing `feature` at `level` means for `clients`.
+pub fn feature_impact(feature: &str, level: i16, clients: &[ClientView]) -> FeatureImpact {
+    let mut report = FeatureImpact {
+        feature: feature.to_owned(),
+        level,
+        clients_checked: clients.len(),
+        served_lower: Vec::new(),
+        would_break: Vec::new(),
+        depend_on_it: Vec::new(),
+    };
+    for client in clients {
+        if let Some(served) = &client.served {
+            let served_level = served.levels.get(feature).copied().unwrap_or(0);
+            if served_level < level {
+                report.served_lower.push(ServedLower {
+                    principal: client.principal.clone(),
+                    software_name: client.software_name.clone(),
+                    software_version: client.software_version.clone(),
+                    addresses: client.addresses.clone(),
+                    served_level,
+                    served_epoch: served.epoch,
+                });
+            }
+        }
+        let gated: Vec<Gated> = client
+            .apis
+            .iter()
+            .filter_map(|a| {
+                let needs = FEATURE_APIS
+                    .iter()
+                    .filter(|(f, _, k, min)| *f == feature && *k == a.api_key && a.version >= *min)
+                    .map(|(_, l, _, _)| *l)
+                    .max()?;
+                Some(Gated {
+                    api_key: a.api_key,
+                    api: api_name(a.api_key),
+                    version: a.version,
+                    requests: a.requests,
+                    needs_level: needs,
+                })
+            })
+            .collect();
+        let (breaking, kept): (Vec<Gated>, Vec<Gated>) =
+            gated.into_iter().partition(|g| g.needs_level > level);
+        if !breaking.is_empty() {
+            report.would_break.push(Affected::of(client, breaking));
+        }
+        if !kept.is_empty() {
+            report.depend_on_it.push(Affected::of(client, kept));
+        }
+    }
+    report
+}
+
+/// "group.version=1" -> ("group.version", 1).
+pub fn parse_feature_level(text: &str) -> Result<(String, i16), String> {
+    let (name, level) = text
+        .split_once('=')
+        .ok_or_else(|| format!("\"{text}\" is not NAME=LEVEL"))?;
+    let level: i16 = level
+        .trim()
+        .parse()
+        .ok()
+        .filter(|l| *l >= 0)
+        .ok_or_else(|| format!("\"{level}\" is not a feature level (0 to 32767)"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("\"{text}\" names no feature"));
+    }
+    Ok((name.to_owned(), level))
+}

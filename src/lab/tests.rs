@@ -1,0 +1,158 @@
+use super::*;
+
+fn spec(toml_text: &str) -> ScenarioSpec {
+    toml::from_str(toml_text).expect("a scenario")
+}
+
+fn sw(name: &str, version: &str) -> ClientSoftware {
+    ClientSoftware {
+        name: name.into(),
+        version: version.into(),
+    }
+}
+
+#[test]
+fn matches_every_condition_it_names() {
+    let s = Scenario::new(spec(
+        r#"
+        name = "old-librdkafka"
+        [match]
+        software_name = "librdkafka"
+        software_version = "2.0*"
+        address = "10.1.0.0/16"
+        "#,
+    ))
+    .unwrap();
+    let lib = sw("librdkafka", "2.0.2");
+    let who = |software, addr: &str| Who {
+        software,
+        principal: "User:ANONYMOUS",
+        addr: addr.parse().unwrap(),
+    };
+    assert!(s.matches(&who(Some(&lib), "10.1.2.3")));
+    assert!(!s.matches(&who(Some(&lib), "10.2.0.1")));
+    assert!(!s.matches(&who(None, "10.1.2.3")));
+    assert!(!s.matches(&who(Some(&sw("librdkafka", "2.12.1")), "10.1.2.3")));
+}
+
+#[test]
+fn refuses_what_it_cannot_do() {
+    let problems = Scenario::new(spec(
+        r#"
+        name = "bad name!"
+        [match]
+        address = "10.0.0.0/40"
+        [api_versions]
+        Nonsense = [0, 1]
+        Produce = [5, 3]
+        [[errors]]
+        api = "Produce"
+        error_code = 6
+        [[tagged_fields]]
+        tag = 0
+        value = "00"
+        [[delays]]
+        api = "Fetch"
+        ms = 999999999
+        "#,
+    ))
+    .err()
+    .expect("refused");
+    let text = problems.join("\n");
+    for needle in [
+        "name:",
+        "prefix length",
+        "Nonsense",
+        "[5, 3]",
+        "Produce cannot be answered",
+        "tag 0",
+        "ms is more",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn gives_an_error_the_number_of_times_asked() {
+    let lab = Lab::new(vec![Scenario::new(spec(
+        r#"
+        name = "not-controller-twice"
+        [[errors]]
+        api = "UpdateFeatures"
+        error_code = 41
+        times = 2
+        "#,
+    ))
+    .unwrap()]);
+    let mut applied = Applied::default();
+    let who = Who {
+        software: None,
+        principal: "User:ANONYMOUS",
+        addr: "127.0.0.1".parse().unwrap(),
+    };
+    assert_eq!(
+        applied.rematch(&lab, &who),
+        vec!["not-controller-twice".to_owned()]
+    );
+    assert_eq!(applied.error_for(57).map(|e| e.0), Some(41));
+    assert_eq!(applied.error_for(57).map(|e| e.0), Some(41));
+    assert_eq!(applied.error_for(57), None);
+    assert_eq!(applied.error_for(3), None);
+    let view = &lab.list()[0];
+    assert_eq!(view.applied["error"], 2);
+    assert_eq!(view.errors_left["UpdateFeatures"], 0);
+}
+
+#[test]
+fn changes_reach_connections_through_the_generation() {
+    let lab = Lab::new(Vec::new());
+    let mut applied = Applied::default();
+    let who = Who {
+        software: None,
+        principal: "User:ANONYMOUS",
+        addr: "127.0.0.1".parse().unwrap(),
+    };
+    applied.rematch(&lab, &who);
+    assert!(applied.is_empty() && !applied.stale(&lab));
+    lab.put(
+        Scenario::new(spec(
+            "name = \"slow\"\n[[delays]]\napi = \"Metadata\"\nms = 5",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(applied.stale(&lab));
+    applied.rematch(&lab, &who);
+    assert_eq!(applied.delay_for(3), Some(Duration::from_millis(5)));
+    assert!(lab.remove("slow"));
+    assert!(!lab.remove("slow"));
+    assert!(applied.stale(&lab));
+}
+
+#[test]
+fn config_scenarios_are_checked_with_their_keys() {
+    let doc: toml::Table = toml::from_str(
+        r#"
+        [[scenarios]]
+        name = "a"
+        [[scenarios]]
+        name = "a"
+        [[scenarios]]
+        name = "b"
+        colour = "red"
+        "#,
+    )
+    .unwrap();
+    let mut errors = Vec::new();
+    let specs = parse_lab(&doc, &mut errors);
+    assert_eq!(specs.len(), 1);
+    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert!(
+        text[0].starts_with("lab.scenarios[1]: a second scenario named a"),
+        "{text:?}"
+    );
+    assert!(
+        text[1].starts_with("lab.scenarios[2]") && text[1].contains("colour"),
+        "{text:?}"
+    );
+}

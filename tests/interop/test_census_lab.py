@@ -1,0 +1,394 @@
+"""The client census and the discovery lab, with real clients through kshim in front of a real
+Apache Kafka 4.1.1 node.
+
+- Java, kafka-python, confluent-kafka, kcat and franz-go each appear in the census under
+  the software name and version they send, with the API versions they used; the same shows in
+  `kshim clients list/show` and in the Prometheus series.
+- `impact --kafka-version 4.0` names the clients forced onto a version Kafka 4.0 removed (a
+  confluent-kafka client the lab offers only Produce v0-v2, and kafka-python configured with
+  api_version 0.10) and none of the modern ones.
+- A lab scenario serves kcat a feature epoch that goes back; kafka-python on the same kshim
+  reads the true one.
+- A lab scenario answers UpdateFeatures with NOT_CONTROLLER twice; kafka-features.sh (the Java
+  Admin client) retries and the change lands.
+- 100,000 distinct fake client software names leave the census within its cap.
+
+Run: .venv/bin/python -m pytest tests/interop/test_census_lab.py -p no:cacheprovider -ra
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import kafka_env as ke
+
+REPO = Path(__file__).resolve().parents[2]
+PROXY_CLIENTS_SRC = REPO / "tests" / "interop" / "java" / "ProxyClients.java"
+GO_CLIENT = REPO / "build" / "bin" / "kshim-go-client"
+TOKEN = "census-token"
+KSHIM_FEATURE = "kshim.census.version"
+TIMEOUT = 60
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def run(cmd, timeout=TIMEOUT, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def python_json(code: str, *args: str) -> dict:
+    res = run([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL)
+    lines = [l for l in res.stdout.splitlines() if l.startswith("{")]
+    assert res.returncode == 0 and lines, f"rc={res.returncode}\n{res.stdout}\n{res.stderr[-4000:]}"
+    return json.loads(lines[-1])
+
+
+class Census:
+    """The kshim under test, its admin API and the topic the clients write to."""
+
+    def __init__(self, kshim: ke.KshimProcess, admin_port: int, topic: str):
+        self.kshim = kshim
+        self.bootstrap = kshim.bootstrap
+        self.admin = ke.AdminApi(admin_port, TOKEN)
+        self.admin_url = f"http://127.0.0.1:{admin_port}"
+        self.topic = topic
+
+    def clients(self, query: str = "") -> list[dict]:
+        status, body = self.admin.get(f"/admin/clients{query}")
+        assert status == 200, body
+        return body["clients"]
+
+    def by_software(self, name: str | None, version: str | None = None) -> dict:
+        matches = [c for c in self.clients() if c["software_name"] == name
+                   and (version is None or c["software_version"] == version)]
+        assert len(matches) == 1, f"{name}/{version}: {[(c['software_name'], c['software_version']) for c in self.clients()]}"
+        return matches[0]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        res = run([self.kshim.binary, "clients", "--admin", self.admin_url, "--token", TOKEN, *args])
+        assert res.returncode == 0, res.stderr
+        return res
+
+
+def config(admin_port: int) -> str:
+    return f"""
+[admin]
+listen = "127.0.0.1:{admin_port}"
+token = "{TOKEN}"
+
+[features.ownership]
+kshim_owned = ["kshim.*"]
+
+[features.supported]
+"{KSHIM_FEATURE}" = {{ min = 1, max = 5 }}
+
+[features.bootstrap]
+"{KSHIM_FEATURE}" = 1
+
+# The legacy application: offered only Produce v0-v2, which Kafka 4.0 no longer serves.
+[[lab.scenarios]]
+name = "legacy-produce"
+match = {{ software_name = "legacy-app" }}
+api_versions = {{ Produce = [0, 2] }}
+"""
+
+
+@pytest.fixture(scope="module")
+def census(kafka_broker, kshim_binary):
+    admin_port = ke.free_port()
+    kshim = ke.start_or_fail(ke.KshimProcess(
+        config(admin_port), upstream=kafka_broker.bootstrap, binary=kshim_binary))
+    assert ke.wait_until(lambda: ke.port_accepts("127.0.0.1", admin_port), 20), "admin API"
+    assert ke.wait_until(lambda: 0 in ke.api_versions(kshim.bootstrap).api_keys, 30), "kshim sees the broker"
+    topic = f"census-{uid()}"
+    python_json(r"""
+import json, sys
+from kafka.admin import KafkaAdminClient, NewTopic
+a = KafkaAdminClient(bootstrap_servers=sys.argv[1], request_timeout_ms=20000)
+a.create_topics([NewTopic(sys.argv[2], 1, 1)])
+a.close()
+print(json.dumps({"ok": True}))
+""", kshim.bootstrap, topic)
+    yield Census(kshim, admin_port, topic)
+    kshim.stop()
+
+
+def kcat() -> str:
+    path = shutil.which("kcat")
+    if not path:
+        pytest.fail("kcat is not installed; run: bash scripts/install-deps.sh", pytrace=False)
+    return path
+
+
+def kcat_software() -> tuple[str, str]:
+    """What kcat sends as its client software: librdkafka's defaults."""
+    out = run([kcat(), "-V"]).stdout
+    version = out.split("librdkafka ", 1)[1].split()[0]
+    return "librdkafka", version
+
+
+def used(client: dict, api_key: int) -> set[int]:
+    return {a["version"] for a in client["apis"] if a["api_key"] == api_key}
+
+
+def test_every_client_appears_with_its_software_and_api_versions(census):
+    b, topic = census.bootstrap, census.topic
+    # Java (the producer of the Kafka 4.1.1 clients)
+    classes = ke.compile_java(PROXY_CLIENTS_SRC)
+    res = ke.run_java(["ProxyClients", "produce", "--bootstrap", b, "--topic", topic, "--count", "20",
+                       "--prefix", f"java-{uid()}", "--idempotent", "--timeout-ms", "50000"],
+                      extra_classpath=[classes], timeout=TIMEOUT, log_config=ke.CLIENTS_LOG4J)
+    assert res.rc == 0, res.stderr[-3000:]
+    # kafka-python
+    kp = python_json(r"""
+import json, sys, kafka
+from kafka import KafkaProducer
+p = KafkaProducer(bootstrap_servers=sys.argv[1], acks="all")
+for i in range(10):
+    p.send(sys.argv[2], f"kp-{i}".encode()).get(timeout=20)
+p.close()
+print(json.dumps({"version": kafka.__version__}))
+""", b, topic)
+    # confluent-kafka
+    ck = python_json(r"""
+import json, sys, confluent_kafka
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "acks": "all"})
+for i in range(10):
+    p.produce(sys.argv[2], f"ck-{i}".encode())
+left = p.flush(20)
+print(json.dumps({"left": left, "version": confluent_kafka.version()[0], "lib": confluent_kafka.libversion()[0]}))
+""", b, topic)
+    assert ck["left"] == 0
+    # kcat
+    res = run([kcat(), "-P", "-b", b, "-t", topic, "-X", "message.timeout.ms=20000"], input="k1\nk2\nk3\n")
+    assert res.returncode == 0 and "ERROR" not in res.stderr, res.stderr
+    # franz-go
+    if not GO_CLIENT.exists():
+        pytest.fail(f"{GO_CLIENT} is missing; run: bash scripts/install-deps.sh", pytrace=False)
+    res = run([GO_CLIENT, "--bootstrap", b, "--topic", topic, "--timeout", "45s", "produce", "--count", "10",
+               "--prefix", f"franz-{uid()}"])
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    java = census.by_software("apache-kafka-java", "4.1.1")
+    kafka_python = census.by_software("kafka-python", kp["version"])
+    confluent = census.by_software("confluent-kafka-python", f"{ck['version']}-rdkafka-{ck['lib']}")
+    kcat_client = census.by_software(*kcat_software())
+    franz = census.by_software("kgo")
+    assert franz["software_version"], franz
+    for client in (java, kafka_python, confluent, kcat_client, franz):
+        who = client["software_name"]
+        assert client["principal"] == "User:ANONYMOUS" and client["security"] == "PLAINTEXT", client
+        assert client["addresses"] == ["127.0.0.1"], client
+        assert used(client, 0), f"{who} produced, but no Produce is counted: {client['apis']}"
+        assert used(client, 3), f"{who}: no Metadata counted"
+        assert client["served"] is None or client["served"]["epoch"] >= 0, client
+        assert client["connections_total"] >= 1
+    # Modern clients use modern versions: Produce v9+ (flexible), ApiVersions v3+ served.
+    for client in (java, kafka_python, confluent, franz):
+        assert min(used(client, 0)) >= 9, (client["software_name"], client["apis"])
+        assert client["served"]["api_versions_version"] >= 3
+    assert max(used(java, 0)) == 12, java["apis"]
+
+    # Filters.
+    assert [c["software_name"] for c in census.clients("?software=kgo")] == ["kgo"]
+    assert all(c["software_name"] == "apache-kafka-java" for c in census.clients("?software=apache-kafka-java/4.1.1"))
+    assert {c["software_name"] for c in census.clients("?api_key=Produce")} >= {
+        "apache-kafka-java", "kafka-python", "confluent-kafka-python", "kgo"}
+
+    # The CLI, as a table and as JSON.
+    table = census.cli("list").stdout
+    for name in ("apache-kafka-java", "kafka-python", "confluent-kafka-python", kcat_software()[0], "kgo"):
+        assert name in table, table
+    shown = json.loads(census.cli("show", "--software", "kgo", "--output", "json").stdout)
+    assert shown["clients"][0]["software_name"] == "kgo"
+    assert "Produce" in census.cli("show", "--software", "kgo").stdout
+
+    # Prometheus series by software and API.
+    status, text = census.admin.get("/metrics")
+    assert status == 200
+    assert 'kshim_client_requests_total{software_name="apache-kafka-java",software_version="4.1.1",api_key="0",api_version="12"}' in text
+    assert "kshim_census_clients " in text
+
+
+def test_impact_names_the_clients_forced_onto_removed_versions_only(census):
+    b, topic = census.bootstrap, census.topic
+    # A confluent-kafka client the lab offers Produce v0-v2 only (scenario legacy-produce).
+    legacy = python_json(r"""
+import json, sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "client.software.name": "legacy-app",
+              "client.software.version": "1.0", "message.timeout.ms": 4000})
+p.produce(sys.argv[2], b"legacy")
+left = p.flush(10)
+print(json.dumps({"left": left}))
+""", b, topic)
+    assert legacy is not None
+    # kafka-python configured for a 0.10 broker: ApiVersions v0 (no software name), Produce v2.
+    python_json(r"""
+import json, sys
+from kafka import KafkaProducer
+p = KafkaProducer(bootstrap_servers=sys.argv[1], api_version=(0, 10, 0), max_block_ms=5000,
+                  request_timeout_ms=3000, retries=0)
+try:
+    p.send(sys.argv[2], b"old").get(timeout=8)
+    outcome = "acked"
+except Exception as e:
+    outcome = type(e).__name__
+p.close(timeout=2)
+print(json.dumps({"outcome": outcome}))
+""", b, topic)
+
+    legacy_client = census.by_software("legacy-app", "1.0")
+    assert used(legacy_client, 0) and max(used(legacy_client, 0)) <= 2, legacy_client["apis"]
+    assert legacy_client["connections"] == [] or legacy_client["connections"][0]["scenarios"] == ["legacy-produce"]
+
+    status, report = census.admin.get("/admin/clients/impact?kafka_version=4.0")
+    assert status == 200, report
+    named = {(a["software_name"], a["software_version"]): a for a in report["affected"]}
+    assert ("legacy-app", "1.0") in named, report
+    assert {(u["api"], u["served_min"]) for u in named[("legacy-app", "1.0")]["apis"]} >= {("Produce", 3)}
+    unnamed = named.get((None, None))
+    assert unnamed and any(u["api"] == "Produce" and u["version"] == 2 for u in unnamed["apis"]), report
+    modern = {"apache-kafka-java", "kafka-python", "confluent-kafka-python", "kgo", kcat_software()[0]}
+    assert not modern & {name for name, _ in named}, f"a modern client is named: {sorted(named)}"
+    # The same from the CLI.
+    text = census.cli("impact", "--kafka-version", "4.0").stdout
+    assert "legacy-app" in text and "Produce v2" in text and "apache-kafka-java" not in text, text
+    status, report = census.admin.get("/admin/clients/impact?kafka_version=3.9")
+    assert status == 200 and report["affected"] == [], report
+    # A feature plan: the Java consumer group protocol needs group.version 1.
+    status, report = census.admin.get("/admin/clients/impact?feature=group.version=0")
+    assert status == 200 and report["feature"] == "group.version"
+    status, body = census.admin.get("/admin/clients/impact?kafka_version=2.8")
+    assert status == 400 and "known: 3.0" in body["error"]
+
+
+def test_kcat_is_served_an_epoch_that_goes_back_while_kafka_python_reads_the_truth(census):
+    b = census.bootstrap
+    name, version = kcat_software()
+    res = run([kcat(), "-L", "-b", b], timeout=30)
+    assert res.returncode == 0, res.stderr
+    truth = census.by_software(name, version)["served"]["epoch"]
+    assert truth > 1, "the broker's epoch is a metadata offset, far above 1"
+    status, body = census.admin.call("PUT", "/admin/lab/scenarios/kcat-epoch-back", {
+        "match": {"software_name": name, "software_version": version},
+        "features": {"epoch": 1},
+    })
+    assert status == 200, body
+    try:
+        res = run([kcat(), "-L", "-b", b], timeout=30)
+        assert res.returncode == 0, res.stderr
+        served = census.by_software(name, version)["served"]
+        assert served["epoch"] == 1 and served["scenarios"] == ["kcat-epoch-back"], served
+        kp = python_json(r"""
+import json, sys
+from kafka.admin import KafkaAdminClient
+a = KafkaAdminClient(bootstrap_servers=sys.argv[1])
+f = a.describe_features()
+a.close()
+print(json.dumps({"epochs": sorted({v["finalized_epoch"] for v in f.values() if "finalized_epoch" in v})}))
+""", b)
+        assert len(kp["epochs"]) == 1 and kp["epochs"][0] >= truth, kp
+        status, scenarios = census.admin.get("/admin/lab/scenarios")
+        mine = [s for s in scenarios["scenarios"] if s["name"] == "kcat-epoch-back"][0]
+        assert mine["matched"] >= 1 and mine["applied"]["features"] >= 1, mine
+        assert "discovery lab: scenario applies to this connection" in census.kshim.log_path.read_text()
+    finally:
+        census.admin.call("DELETE", "/admin/lab/scenarios/kcat-epoch-back")
+    res = run([kcat(), "-L", "-b", b], timeout=30)
+    assert res.returncode == 0
+    assert census.by_software(name, version)["served"]["epoch"] >= truth
+
+
+def test_java_admin_survives_not_controller_twice(census):
+    status, body = census.admin.call("PUT", "/admin/lab/scenarios/not-controller-twice", {
+        "match": {"software_name": "apache-kafka-java"},
+        "errors": [{"api": "UpdateFeatures", "error_code": 41, "times": 2}],
+    })
+    assert status == 200, body
+    try:
+        rc, out, err = ke.run_feature_command(census.bootstrap, "upgrade", "--feature", f"{KSHIM_FEATURE}=2")
+        assert rc == 0, f"{out}\n{err}"
+        assert f"{KSHIM_FEATURE} was upgraded to 2" in out, out
+        status, features = census.admin.get("/admin/features")
+        assert features["finalized_features"][KSHIM_FEATURE]["max_version_level"] == 2, features
+        status, scenarios = census.admin.get("/admin/lab/scenarios")
+        mine = [s for s in scenarios["scenarios"] if s["name"] == "not-controller-twice"][0]
+        assert mine["applied"]["error"] == 2 and mine["errors_left"] == {"UpdateFeatures": 0}, mine
+        java = census.by_software("apache-kafka-java", "4.1.1")
+        assert java["errors"].get("UpdateFeatures: NOT_CONTROLLER (41, discovery lab)") == 2, java["errors"]
+        assert used(java, 57), java["apis"]
+    finally:
+        census.admin.call("DELETE", "/admin/lab/scenarios/not-controller-twice")
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("VmRSS missing")
+
+
+def test_census_stays_within_its_cap_under_100k_fake_clients(kshim_factory):
+    admin_port = ke.free_port()
+    kshim = kshim_factory(f"""
+[admin]
+listen = "127.0.0.1:{admin_port}"
+token = "{TOKEN}"
+
+[census]
+max_clients = 1000
+""")
+    assert ke.wait_until(lambda: ke.port_accepts("127.0.0.1", admin_port), 20)
+    admin = ke.AdminApi(admin_port, TOKEN)
+    host, port = ke.split_hostport(kshim.bootstrap)
+    total, batch, conns = 100_000, 2_000, 4
+
+    def fake_clients(sock: socket.socket, start: int, count: int) -> None:
+        frames = b"".join(
+            struct.pack(">i", len(f)) + f
+            for f in (ke.api_versions_request(3, (f"fake-client-{i}", "1.0"), i) for i in range(start, start + count)))
+        sock.sendall(frames)
+        for _ in range(count):
+            (size,) = struct.unpack(">i", ke._recv_exact(sock, 4))
+            ke._recv_exact(sock, size)
+
+    socks = [socket.create_connection((host, port), timeout=30) for _ in range(conns)]
+    fake_clients(socks[0], 0, 10)
+    before = rss_kib(kshim.pid)
+    started = time.monotonic()
+    for n, start in enumerate(range(10, total, batch)):
+        fake_clients(socks[n % conns], start, min(batch, total - start))
+        if n % 10 == 0:
+            status, body = admin.get("/admin/clients?software=nobody")
+            assert body["kept"] <= 1000, body
+    elapsed = time.monotonic() - started
+    status, body = admin.get("/admin/clients")
+    after = rss_kib(kshim.pid)
+    for s in socks:
+        s.close()
+    assert body["kept"] <= 1000 and body["max_clients"] == 1000, {k: body[k] for k in ("kept", "evicted")}
+    # Every fake client was counted, then kept or evicted (plus the unnamed first aggregate).
+    assert body["kept"] + body["evicted"] >= total, {k: body[k] for k in ("kept", "evicted")}
+    names = {c["software_name"] for c in body["clients"]}
+    assert {f"fake-client-{total - 1 - i}" for i in range(conns)} <= names, "live connections' clients are kept"
+    status, metrics = admin.get("/metrics")
+    series = [l for l in metrics.splitlines() if l.startswith("kshim_client_requests_total{")]
+    assert len(series) <= 21, f"{len(series)} series"
+    growth = (after - before) / 1024
+    print(f"100k fake clients in {elapsed:.1f} s; RSS {before / 1024:.1f} -> {after / 1024:.1f} MiB")
+    assert growth < 48, f"RSS grew {growth:.1f} MiB for a census capped at 1000 clients"
