@@ -153,8 +153,8 @@ pub struct FeatureImpact {
     pub feature: String,
     pub level: i16,
     pub clients_checked: usize,
-    /// Served a lower level (or the feature not at all): they change behaviour
-    /// once they are served the planned level.
+    /// Served a lower level (or the feature not at all) in an ApiVersions v3+
+    /// answer: they change behaviour once they are served the planned level.
     pub served_lower: Vec<ServedLower>,
     /// Using API versions that need a higher level than the planned one: they
     /// break if the feature is set to it.
@@ -174,7 +174,13 @@ pub fn feature_impact(feature: &str, level: i16, clients: &[ClientView]) -> Feat
         depend_on_it: Vec::new(),
     };
     for client in clients {
-        if let Some(served) = &client.served {
+        // Below ApiVersions v3 an answer carries no features: such a client reads
+        // none, whatever is finalized.
+        if let Some(served) = client
+            .served
+            .as_ref()
+            .filter(|s| s.api_versions_version >= 3)
+        {
             let served_level = served.levels.get(feature).copied().unwrap_or(0);
             if served_level < level {
                 report.served_lower.push(ServedLower {

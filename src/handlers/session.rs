@@ -110,8 +110,9 @@ impl Session {
                 .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
         };
         let (api_key, version) = (field(0), field(2));
-        if let Some(census) = &self.census {
-            census.request(api_key, version);
+        // ApiVersions counts under the client software it names.
+        if api_key != ApiKey::ApiVersions as i16 {
+            self.count(api_key, version);
         }
         if self.lab.stale(&self.ctx.lab) {
             self.rematch();
@@ -126,6 +127,12 @@ impl Session {
         match self.lab.delay_for(api_key) {
             Some(delay) => delayed(action, delay),
             None => action,
+        }
+    }
+
+    fn count(&self, api_key: i16, version: i16) {
+        if let Some(census) = &self.census {
+            census.request(api_key, version);
         }
     }
 
@@ -178,15 +185,25 @@ impl Session {
     /// ApiVersions: the client software it names identifies the connection, and
     /// the lab's scenarios for that software shape the answer.
     fn api_versions(&mut self, frame: Bytes) -> Action {
+        let version = frame
+            .get(2..4)
+            .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
         let request = match api_versions::read(frame) {
             Ok(api_versions::Read::Request(request)) => request,
-            Ok(api_versions::Read::Refused(frame)) => return Action::Respond(frame),
-            Err(e) => return Err::<Bytes, _>(e).into(),
+            Ok(api_versions::Read::Refused(frame)) => {
+                self.count(ApiKey::ApiVersions as i16, version);
+                return Action::Respond(frame);
+            }
+            Err(e) => {
+                self.count(ApiKey::ApiVersions as i16, version);
+                return Err::<Bytes, _>(e).into();
+            }
         };
         if request.software.is_some() && request.software != self.software {
             self.software.clone_from(&request.software);
             self.identified();
         }
+        self.count(ApiKey::ApiVersions as i16, version);
         let shape = self.lab.shape();
         match api_versions::answer(&self.ctx, &request, shape.as_ref()) {
             Ok((frame, served)) => {

@@ -96,20 +96,11 @@ kshim_owned = ["kshim.*"]
 
 [features.bootstrap]
 "{KSHIM_FEATURE}" = 1
-
-# The legacy application: offered only Produce v0-v2, which Kafka 4.0 no longer serves.
-[[lab.scenarios]]
-name = "legacy-produce"
-match = {{ software_name = "legacy-app" }}
-api_versions = {{ Produce = [0, 2] }}
 """
 
-
-@pytest.fixture(scope="module")
-def census(kafka_broker, kshim_binary):
+def start_census(broker, binary, extra: str = "") -> Census:
     admin_port = ke.free_port()
-    kshim = ke.start_or_fail(ke.KshimProcess(
-        config(admin_port), upstream=kafka_broker.bootstrap, binary=kshim_binary))
+    kshim = ke.start_or_fail(ke.KshimProcess(config(admin_port) + extra, upstream=broker.bootstrap, binary=binary))
     assert ke.wait_until(lambda: ke.port_accepts("127.0.0.1", admin_port), 20), "admin API"
     assert ke.wait_until(lambda: 0 in ke.api_versions(kshim.bootstrap).api_keys, 30), "kshim sees the broker"
     topic = f"census-{uid()}"
@@ -121,8 +112,19 @@ a.create_topics([NewTopic(sys.argv[2], 1, 1)])
 a.close()
 print(json.dumps({"ok": True}))
 """, kshim.bootstrap, topic)
-    yield Census(kshim, admin_port, topic)
-    kshim.stop()
+    return Census(kshim, admin_port, topic)
+
+
+@pytest.fixture(scope="module")
+def census(kafka_broker, kshim_binary):
+    """kshim in front of the broker, after Java, kafka-python, confluent-kafka, kcat and
+    franz-go have each produced through it (`.versions`: what the Python clients report)."""
+    c = start_census(kafka_broker, kshim_binary)
+    try:
+        c.versions = modern_clients(c)
+        yield c
+    finally:
+        c.kshim.stop()
 
 
 def kcat() -> str:
@@ -143,7 +145,20 @@ def used(client: dict, api_key: int) -> set[int]:
     return {a["version"] for a in client["apis"] if a["api_key"] == api_key}
 
 
-def test_every_client_appears_with_its_software_and_api_versions(census):
+KP_PRODUCE = r"""
+import json, sys, kafka
+from kafka import KafkaProducer
+p = KafkaProducer(bootstrap_servers=sys.argv[1], acks="all")
+for i in range(10):
+    p.send(sys.argv[2], f"kp-{i}".encode()).get(timeout=20)
+p.close()
+print(json.dumps({"version": kafka.__version__}))
+"""
+
+
+def modern_clients(census: Census) -> dict:
+    """Java, kafka-python, confluent-kafka, kcat and franz-go each produce through `census`; the
+    software versions the Python clients report."""
     b, topic = census.bootstrap, census.topic
     # Java (the producer of the Kafka 4.1.1 clients)
     classes = ke.compile_java(PROXY_CLIENTS_SRC)
@@ -152,15 +167,7 @@ def test_every_client_appears_with_its_software_and_api_versions(census):
                       extra_classpath=[classes], timeout=TIMEOUT, log_config=ke.CLIENTS_LOG4J)
     assert res.rc == 0, res.stderr[-3000:]
     # kafka-python
-    kp = python_json(r"""
-import json, sys, kafka
-from kafka import KafkaProducer
-p = KafkaProducer(bootstrap_servers=sys.argv[1], acks="all")
-for i in range(10):
-    p.send(sys.argv[2], f"kp-{i}".encode()).get(timeout=20)
-p.close()
-print(json.dumps({"version": kafka.__version__}))
-""", b, topic)
+    kp = python_json(KP_PRODUCE, b, topic)
     # confluent-kafka
     ck = python_json(r"""
 import json, sys, confluent_kafka
@@ -169,7 +176,7 @@ p = Producer({"bootstrap.servers": sys.argv[1], "acks": "all"})
 for i in range(10):
     p.produce(sys.argv[2], f"ck-{i}".encode())
 left = p.flush(20)
-print(json.dumps({"left": left, "version": confluent_kafka.version()[0], "lib": confluent_kafka.libversion()[0]}))
+print(json.dumps({"left": left, "version": confluent_kafka.__version__, "lib": confluent_kafka.libversion()[0]}))
 """, b, topic)
     assert ck["left"] == 0
     # kcat
@@ -182,9 +189,14 @@ print(json.dumps({"left": left, "version": confluent_kafka.version()[0], "lib": 
                "--prefix", f"franz-{uid()}"])
     assert res.returncode == 0, res.stderr[-3000:]
 
+    return {"kafka-python": kp["version"], "confluent": f"{ck['version']}-rdkafka-{ck['lib']}"}
+
+
+def test_every_client_appears_with_its_software_and_api_versions(census):
+    versions = census.versions
     java = census.by_software("apache-kafka-java", "4.1.1")
-    kafka_python = census.by_software("kafka-python", kp["version"])
-    confluent = census.by_software("confluent-kafka-python", f"{ck['version']}-rdkafka-{ck['lib']}")
+    kafka_python = census.by_software("kafka-python", versions["kafka-python"])
+    confluent = census.by_software("confluent-kafka-python", versions["confluent"])
     kcat_client = census.by_software(*kcat_software())
     franz = census.by_software("kgo")
     assert franz["software_version"], franz
@@ -200,7 +212,9 @@ print(json.dumps({"left": left, "version": confluent_kafka.version()[0], "lib": 
     for client in (java, kafka_python, confluent, franz):
         assert min(used(client, 0)) >= 9, (client["software_name"], client["apis"])
         assert client["served"]["api_versions_version"] >= 3
-    assert max(used(java, 0)) == 12, java["apis"]
+    assert max(used(java, 0)) == 13, java["apis"]  # Kafka 4.1's Produce
+    for client in (java, kafka_python, confluent, kcat_client, franz):
+        assert used(client, 18), f"{client['software_name']}: its ApiVersions counts under it"
 
     # Filters.
     assert [c["software_name"] for c in census.clients("?software=kgo")] == ["kgo"]
@@ -219,25 +233,21 @@ print(json.dumps({"left": left, "version": confluent_kafka.version()[0], "lib": 
     # Prometheus series by software and API.
     status, text = census.admin.get("/metrics")
     assert status == 200
-    assert 'kshim_client_requests_total{software_name="apache-kafka-java",software_version="4.1.1",api_key="0",api_version="12"}' in text
+    assert 'kshim_client_requests_total{software_name="apache-kafka-java",software_version="4.1.1",api_key="0",api_version="13"}' in text
     assert "kshim_census_clients " in text
 
 
-def test_impact_names_the_clients_forced_onto_removed_versions_only(census):
-    b, topic = census.bootstrap, census.topic
-    # A confluent-kafka client the lab offers Produce v0-v2 only (scenario legacy-produce).
-    legacy = python_json(r"""
-import json, sys
-from confluent_kafka import Producer
-p = Producer({"bootstrap.servers": sys.argv[1], "client.software.name": "legacy-app",
-              "client.software.version": "1.0", "message.timeout.ms": 4000})
-p.produce(sys.argv[2], b"legacy")
-left = p.flush(10)
-print(json.dumps({"left": left}))
-""", b, topic)
-    assert legacy is not None
-    # kafka-python configured for a 0.10 broker: ApiVersions v0 (no software name), Produce v2.
-    python_json(r"""
+MODERN = ("apache-kafka-java", "kafka-python", "confluent-kafka-python", "librdkafka", "kgo")
+
+
+def test_impact_names_the_client_forced_onto_a_removed_version_only(census):
+    """kafka-python configured for a 0.10 broker sends ApiVersions v0 (so no software name) and
+    Produce v2, which Kafka 4.0 removed (the 4.1 broker refuses it too). The modern clients,
+    already in the census, use nothing 4.0 removed. (A lab scenario offering Produce v0-v2 forces
+    no modern client down: kafka-python 3, librdkafka 2.0 and 2.16 all refuse to produce below
+    v3, so the impact report is tested with the configured old client.)"""
+    assert {c["software_name"] for c in census.clients()} >= set(MODERN)
+    out = python_json(r"""
 import json, sys
 from kafka import KafkaProducer
 p = KafkaProducer(bootstrap_servers=sys.argv[1], api_version=(0, 10, 0), max_block_ms=5000,
@@ -246,34 +256,52 @@ try:
     p.send(sys.argv[2], b"old").get(timeout=8)
     outcome = "acked"
 except Exception as e:
-    outcome = type(e).__name__
+    outcome = f"{type(e).__name__}: {e}"
 p.close(timeout=2)
 print(json.dumps({"outcome": outcome}))
-""", b, topic)
-
-    legacy_client = census.by_software("legacy-app", "1.0")
-    assert used(legacy_client, 0) and max(used(legacy_client, 0)) <= 2, legacy_client["apis"]
-    assert legacy_client["connections"] == [] or legacy_client["connections"][0]["scenarios"] == ["legacy-produce"]
+""", census.bootstrap, census.topic)
+    assert out["outcome"] != "acked", "Kafka 4.1 does not take Produce v2"
+    unnamed = census.by_software(None)
+    assert 2 in used(unnamed, 0) and 0 in used(unnamed, 18), unnamed["apis"]
 
     status, report = census.admin.get("/admin/clients/impact?kafka_version=4.0")
     assert status == 200, report
-    named = {(a["software_name"], a["software_version"]): a for a in report["affected"]}
-    assert ("legacy-app", "1.0") in named, report
-    assert {(u["api"], u["served_min"]) for u in named[("legacy-app", "1.0")]["apis"]} >= {("Produce", 3)}
-    unnamed = named.get((None, None))
-    assert unnamed and any(u["api"] == "Produce" and u["version"] == 2 for u in unnamed["apis"]), report
-    modern = {"apache-kafka-java", "kafka-python", "confluent-kafka-python", "kgo", kcat_software()[0]}
-    assert not modern & {name for name, _ in named}, f"a modern client is named: {sorted(named)}"
+    assert [a["software_name"] for a in report["affected"]] == [None], report["affected"]
+    (old,) = report["affected"]
+    assert old["addresses"] == ["127.0.0.1"] and old["principal"] == "User:ANONYMOUS"
+    assert {(u["api"], u["version"], u["served_min"]) for u in old["apis"]} == {("Produce", 2, 3)}, old
+    assert report["clients_checked"] >= len(MODERN) + 1
     # The same from the CLI.
     text = census.cli("impact", "--kafka-version", "4.0").stdout
-    assert "legacy-app" in text and "Produce v2" in text and "apache-kafka-java" not in text, text
+    assert "1 of" in text and "Produce v2 (serves v3-v12" in text, text
+    assert not any(name in text for name in MODERN), text
     status, report = census.admin.get("/admin/clients/impact?kafka_version=3.9")
-    assert status == 200 and report["affected"] == [], report
-    # A feature plan: the Java consumer group protocol needs group.version 1.
-    status, report = census.admin.get("/admin/clients/impact?feature=group.version=0")
-    assert status == 200 and report["feature"] == "group.version"
+    assert status == 200 and report["affected"] == [], [a["apis"] for a in report["affected"]]
     status, body = census.admin.get("/admin/clients/impact?kafka_version=2.8")
-    assert status == 400 and "known: 3.0" in body["error"]
+    assert status == 400 and "known: 3.0" in body["error"], body
+
+
+def test_feature_impact_names_the_clients_that_use_the_feature(census):
+    # The Java consumer with the KIP-848 protocol uses ConsumerGroupHeartbeat: group.version 1.
+    classes = ke.compile_java(PROXY_CLIENTS_SRC)
+    res = ke.run_java(["ProxyClients", "consume", "--bootstrap", census.bootstrap, "--topic", census.topic,
+                       "--group", f"g-{uid()}", "--max-records", "3", "--protocol", "consumer",
+                       "--timeout-ms", "50000"],
+                      extra_classpath=[classes], timeout=TIMEOUT, log_config=ke.CLIENTS_LOG4J)
+    assert res.rc == 0, res.stderr[-3000:]
+    status, report = census.admin.get("/admin/clients/impact?feature=group.version=0")
+    assert status == 200, report
+    breaking = {c["software_name"]: c for c in report["would_break"]}
+    assert "apache-kafka-java" in breaking, report
+    assert {a["api"] for a in breaking["apache-kafka-java"]["apis"]} == {"ConsumerGroupHeartbeat"}
+    status, report = census.admin.get("/admin/clients/impact?feature=group.version=1")
+    assert report["would_break"] == [] and "apache-kafka-java" in {c["software_name"] for c in report["depend_on_it"]}
+    # The broker finalizes group.version 1, so no client was served less.
+    assert report["served_lower"] == [], report["served_lower"]
+    status, report = census.admin.get("/admin/clients/impact?feature=kshim.census.version=3")
+    assert {c["served_level"] for c in report["served_lower"]} <= {1, 2} and report["served_lower"], report
+    text = census.cli("impact", "--feature", "group.version=0").stdout
+    assert "ConsumerGroupHeartbeat v" in text and "needs level 1" in text, text
 
 
 def test_kcat_is_served_an_epoch_that_goes_back_while_kafka_python_reads_the_truth(census):
@@ -392,3 +420,91 @@ max_clients = 1000
     growth = (after - before) / 1024
     print(f"100k fake clients in {elapsed:.1f} s; RSS {before / 1024:.1f} -> {after / 1024:.1f} MiB")
     assert growth < 48, f"RSS grew {growth:.1f} MiB for a census capped at 1000 clients"
+
+
+def metadata_v1(correlation_id: int) -> bytes:
+    client_id = b"kshim-interop"
+    return struct.pack(">hhih", 3, 1, correlation_id, len(client_id)) + client_id + struct.pack(">i", -1)
+
+
+def metadata_after_hello(bootstrap: str, software: str) -> float:
+    """Seconds from a Metadata v1 request to its answer, on a connection that named `software`
+    in ApiVersions first."""
+    host, port = ke.split_hostport(bootstrap)
+    with socket.create_connection((host, port), timeout=10) as sock:
+        hello = ke.api_versions_request(3, (software, "1"))
+        sock.sendall(struct.pack(">i", len(hello)) + hello)
+        (size,) = struct.unpack(">i", ke._recv_exact(sock, 4))
+        ke._recv_exact(sock, size)
+        started = time.monotonic()
+        request = metadata_v1(2)
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        (size,) = struct.unpack(">i", ke._recv_exact(sock, 4))
+        (correlation,) = struct.unpack(">i", ke._recv_exact(sock, size)[:4])
+        assert correlation == 2
+        return time.monotonic() - started
+
+
+def test_lab_delays_a_forwarded_response(census):
+    """In front of the broker, a delayed Metadata goes upstream at once and its response waits."""
+    status, body = census.admin.call("PUT", "/admin/lab/scenarios/slow-metadata", {
+        "match": {"software_name": "probe-slow"}, "delays": [{"api": "Metadata", "ms": 300}]})
+    assert status == 200, body
+    try:
+        assert metadata_after_hello(census.bootstrap, "probe-slow") >= 0.3
+        metadata_after_hello(census.bootstrap, "probe-plain")
+        mine = [s for s in census.admin.get("/admin/lab/scenarios")[1]["scenarios"] if s["name"] == "slow-metadata"][0]
+        assert mine["applied"]["delay"] == 1 and mine["matched"] == 1, mine
+        slow = census.by_software("probe-slow", "1")
+        assert used(slow, 3) == {1}, slow["apis"]
+    finally:
+        census.admin.call("DELETE", "/admin/lab/scenarios/slow-metadata")
+
+
+def test_lab_shapes_only_the_connections_it_matches(kshim_factory):
+    """ApiVersions as a scenario shapes it, on raw connections that name their software: a
+    pinned epoch and levels, supported features with a min of 0 sent to v3 too, an unknown
+    tagged field, a narrower range; and a delay. A connection naming other software gets the
+    real answer, at once."""
+    admin_port = ke.free_port()
+    kshim = kshim_factory(f"""
+[admin]
+listen = "127.0.0.1:{admin_port}"
+token = "{TOKEN}"
+
+[[lab.scenarios]]
+name = "shape"
+match = {{ software_name = "probe-shape*", address = "127.0.0.0/8" }}
+features = {{ epoch = 3, levels = {{ "transaction.version" = 1, "group.version" = 0 }}, min_zero_filter = false }}
+tagged_fields = [{{ tag = 12345, value = "deadbeef" }}]
+api_versions = {{ UpdateFeatures = [0, 0] }}
+
+[[lab.scenarios]]
+name = "slow"
+match = {{ software_name = "probe-slow" }}
+delays = [{{ api = "Metadata", ms = 400 }}]
+""")
+    assert ke.wait_until(lambda: ke.port_accepts("127.0.0.1", admin_port), 20)
+    admin = ke.AdminApi(admin_port, TOKEN)
+    plain = ke.api_versions(kshim.bootstrap, software=("probe-plain", "1"))
+    shaped = ke.api_versions(kshim.bootstrap, software=("probe-shape-x", "1"))
+    assert plain.finalized_epoch != 3 and 12345 not in plain.other_tags
+    assert shaped.finalized_epoch == 3
+    assert shaped.finalized == {"transaction.version": (1, 1)}
+    assert shaped.other_tags[12345] == bytes.fromhex("deadbeef")
+    assert shaped.api_keys[57] == (0, 0) and plain.api_keys[57][1] >= 1
+    min_zero = {n for n, (lo, _) in shaped.supported.items() if lo == 0}
+    assert min_zero and not {n for n, (lo, _) in plain.supported.items() if lo == 0}, (shaped.supported, plain.supported)
+
+    assert metadata_after_hello(kshim.bootstrap, "probe-slow") >= 0.4
+    metadata_after_hello(kshim.bootstrap, "probe-plain")
+    status, body = admin.get("/admin/lab/scenarios")
+    by_name = {s["name"]: s for s in body["scenarios"]}
+    assert by_name["slow"]["applied"]["delay"] == 1 and by_name["slow"]["matched"] == 1, by_name["slow"]
+    assert by_name["shape"]["matched"] == 1 and by_name["shape"]["applied"]["tagged_fields"] == 1
+    status, metrics = admin.get("/metrics")
+    assert 'kshim_lab_applied_total{scenario="slow",action="delay"} 1' in metrics
+    # A scenario the lab cannot apply is refused with its reason, and nothing changes.
+    status, body = admin.call("PUT", "/admin/lab/scenarios/bad", {"errors": [{"api": "Produce", "error_code": 6}]})
+    assert status == 400 and "no top-level error code" in body["error"], body
+    assert {s["name"] for s in admin.get("/admin/lab/scenarios")[1]["scenarios"]} == {"shape", "slow"}
