@@ -7,8 +7,10 @@
 //! (`keys::to_toml`), overrides put into the config document (`keys::merge`)
 //! and the result read as a `Config`.
 //!
-//! Input: a selector byte, then the body. Selector & 3: 0 the pure functions,
-//! 1 validate, 2 PATCH, 3 DELETE with the body as the (percent-encoded) key.
+//! Input: a selector byte, then the body. Selector & 7: 0 the pure functions,
+//! 1 validate, 2 PATCH, 3 DELETE with the body as the (percent-encoded) key,
+//! 4 and up PUT `/admin/lab/scenarios/fuzz` (a discovery-lab scenario; removed
+//! again before the next input).
 //!
 //! Placeholders may only read files below a scratch directory
 //! (`config_providers.file_allowed_paths`), which holds one properties file.
@@ -42,6 +44,8 @@ const TOKEN: &str = "fuzz-admin-token";
 const PURE: u8 = 0;
 const VALIDATE: u8 = 1;
 const PATCH: u8 = 2;
+const DELETE: u8 = 3;
+const LAB: u8 = 4;
 
 struct Fixture {
     runtime: tokio::runtime::Runtime,
@@ -190,7 +194,7 @@ fuzz_target!(
     init: common::write_seeds_if_asked(seeds),
     |data: &[u8]| {
         let mut input = common::Input::new(data);
-        let selector = input.byte() & 3;
+        let selector = (input.byte() & 7).min(LAB);
         let body = input.rest();
         FIXTURE.with(|f| match selector {
             PURE => pure(&f.document, body),
@@ -199,12 +203,16 @@ fuzz_target!(
                 f.call("PATCH", "/admin/config", body);
                 f.restore();
             }
-            _ => {
+            DELETE => {
                 let mut uri = String::from("/admin/config/");
                 for b in body.iter().take(512) {
                     let _ = write!(uri, "%{b:02X}");
                 }
                 f.call("DELETE", &uri, b"");
+            }
+            _ => {
+                f.call("PUT", "/admin/lab/scenarios/fuzz", body);
+                f.call("DELETE", "/admin/lab/scenarios/fuzz", b"");
             }
         })
     }
@@ -274,7 +282,28 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     for key in ["log.level", r#"policy.create_topic.configs."retention.ms""#] {
         out.push((
             format!("delete-{}", key.replace(['"', '.'], "_")),
-            common::Seed::new().byte(3).bytes(key.as_bytes()).done(),
+            common::Seed::new().byte(DELETE).bytes(key.as_bytes()).done(),
+        ));
+    }
+    let scenarios: &[(&str, &str)] = &[
+        (
+            "pinned",
+            r#"{"match": {"software_name": "librdkafka", "software_version": "2.0*", "address": "10.0.0.0/8"}, "features": {"epoch": 1, "levels": {"group.version": 0}, "min_zero_filter": false}}"#,
+        ),
+        (
+            "shape",
+            r#"{"tagged_fields": [{"tag": 12345, "value": "deadbeef"}], "api_versions": {"Produce": [0, 2], "57": [0, 0]}}"#,
+        ),
+        (
+            "errors",
+            r#"{"errors": [{"api": "UpdateFeatures", "error_code": 41, "times": 2}], "delays": [{"api": "Metadata", "ms": 5}]}"#,
+        ),
+        ("refused", r#"{"errors": [{"api": "Produce", "error_code": 6}], "name": "other"}"#),
+    ];
+    for (name, body) in scenarios {
+        out.push((
+            format!("lab-{name}"),
+            common::Seed::new().byte(LAB).bytes(body.as_bytes()).done(),
         ));
     }
     out

@@ -19,6 +19,7 @@
 pub mod impact;
 pub mod releases;
 
+use crate::features::FeatureSnapshot;
 use crate::protocol::api_versions::ClientSoftware;
 use dashmap::DashMap;
 use serde::Serialize;
@@ -27,7 +28,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Distinct (API key, version) pairs one record keeps; a client that uses
 /// more (only a hostile one can) has the rest counted under key -1.
@@ -107,6 +108,59 @@ pub struct Served {
     pub scenarios: Vec<String>,
 }
 
+/// What a client was last served, kept cheaply on the request path: the
+/// snapshot itself (shared with the discovery cache), or the view a lab
+/// scenario built. Turned into a `Served` when read.
+#[derive(Debug, Clone)]
+pub enum ServedRecord {
+    Snapshot {
+        version: i16,
+        snapshot: Arc<FeatureSnapshot>,
+    },
+    Shaped(Served),
+}
+
+impl ServedRecord {
+    fn view(&self) -> Served {
+        match self {
+            ServedRecord::Shaped(served) => served.clone(),
+            ServedRecord::Snapshot { version, snapshot } => Served {
+                api_versions_version: *version,
+                epoch: if *version >= 3 {
+                    snapshot.finalized.epoch
+                } else {
+                    -1
+                },
+                levels: if *version >= 3 {
+                    snapshot
+                        .finalized
+                        .levels
+                        .iter()
+                        .filter(|(_, &l)| l > 0)
+                        .map(|(n, &l)| (n.clone(), l))
+                        .collect()
+                } else {
+                    BTreeMap::new()
+                },
+                scenarios: Vec::new(),
+            },
+        }
+    }
+
+    fn same(&self, other: &ServedRecord) -> bool {
+        match (self, other) {
+            (
+                ServedRecord::Snapshot { version, snapshot },
+                ServedRecord::Snapshot {
+                    version: v,
+                    snapshot: s,
+                },
+            ) => version == v && Arc::ptr_eq(snapshot, s),
+            _ => false,
+        }
+    }
+}
+
 /// Counts that a connection gathers and an aggregate sums.
 #[derive(Debug, Clone, Default)]
 struct Usage {
@@ -115,7 +169,7 @@ struct Usage {
     /// (kind, count): "CreateTopics: refused", "UpdateFeatures: NOT_CONTROLLER".
     errors: Vec<(String, u64)>,
     last_seen: u64,
-    served: Option<(u64, Served)>,
+    served: Option<(u64, ServedRecord)>,
     security: String,
 }
 
@@ -185,6 +239,8 @@ pub struct ClientEntry {
     /// Its metrics series.
     series: Arc<Series>,
     live: AtomicUsize,
+    /// Connections that made a request under this identity.
+    connections: AtomicU64,
     last_seen: AtomicU64,
     state: Mutex<Aggregate>,
 }
@@ -192,7 +248,6 @@ pub struct ClientEntry {
 #[derive(Default)]
 struct Aggregate {
     first_seen: u64,
-    connections: u64,
     addresses: Vec<IpAddr>,
     usage: Usage,
 }
@@ -248,6 +303,9 @@ impl Series {
 /// Every client kshim has seen, within its cap.
 pub struct Census {
     config: CensusConfig,
+    /// A monotonic instant and the wall-clock milliseconds it stood for: request
+    /// times come as instants the connection has read anyway.
+    started: (Instant, u64),
     clients: DashMap<ClientKey, Arc<ClientEntry>>,
     connections: DashMap<u64, Arc<ConnectionEntry>>,
     next_id: AtomicU64,
@@ -261,6 +319,7 @@ impl Census {
     pub fn new(config: CensusConfig) -> Census {
         Census {
             config,
+            started: (Instant::now(), now_ms()),
             clients: DashMap::new(),
             connections: DashMap::new(),
             next_id: AtomicU64::new(1),
@@ -272,6 +331,12 @@ impl Census {
 
     pub fn config(&self) -> &CensusConfig {
         &self.config
+    }
+
+    /// Wall-clock milliseconds at `at`.
+    fn ms_at(&self, at: Instant) -> u64 {
+        let (base, base_ms) = self.started;
+        base_ms + at.saturating_duration_since(base).as_millis() as u64
     }
 
     /// A new connection's record; `None` with the census off.
@@ -322,6 +387,7 @@ impl Census {
                 key: key.clone(),
                 series,
                 live: AtomicUsize::new(0),
+                connections: AtomicU64::new(0),
                 last_seen: AtomicU64::new(now),
                 state: Mutex::new(Aggregate {
                     first_seen: now,
@@ -334,8 +400,8 @@ impl Census {
             }
         };
         entry.touch(now);
+        entry.connections.fetch_add(1, Ordering::AcqRel);
         let mut agg = lock(&entry.state);
-        agg.connections += 1;
         if let Some(i) = agg.addresses.iter().position(|a| *a == ip) {
             agg.addresses.remove(i);
         } else if agg.addresses.len() >= MAX_ADDRESSES {
@@ -366,11 +432,23 @@ impl Census {
         Arc::clone(&series[0])
     }
 
-    /// Folds a connection's counts into its aggregate and lets go of it.
+    /// Folds a connection's counts into its aggregate and lets go of it. A
+    /// connection that made no request under the aggregate's identity (every
+    /// connection starts without a software name) is not counted there, and an
+    /// aggregate left with no connection at all is dropped.
     fn detach(&self, client: &ClientEntry, usage: &Usage) {
-        client.touch(usage.last_seen);
-        lock(&client.state).usage.absorb(usage);
+        if usage.apis.is_empty() {
+            client.connections.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            client.touch(usage.last_seen);
+            lock(&client.state).usage.absorb(usage);
+        }
         client.live.fetch_sub(1, Ordering::AcqRel);
+        if client.connections.load(Ordering::Acquire) == 0 {
+            self.clients.remove_if(&client.key, |_, e| {
+                e.live.load(Ordering::Acquire) == 0 && e.connections.load(Ordering::Acquire) == 0
+            });
+        }
     }
 
     /// Evicts the least recently seen aggregates without a live connection,
@@ -437,7 +515,7 @@ impl Census {
                 last_seen_ms: state.usage.last_seen,
                 security: state.usage.security.clone(),
                 apis: api_views(&state.usage.apis),
-                served: state.usage.served.as_ref().map(|(_, s)| s.clone()),
+                served: state.usage.served.as_ref().map(|(_, s)| s.view()),
                 scenarios: state.scenarios.clone(),
             });
         }
@@ -457,7 +535,7 @@ impl Census {
                 software_version: some(&entry.key.software_version),
                 first_seen_ms: agg.first_seen,
                 last_seen_ms: usage.last_seen.max(entry.last_seen.load(Ordering::Relaxed)),
-                connections_total: agg.connections,
+                connections_total: entry.connections.load(Ordering::Relaxed),
                 connections_live: entry.live.load(Ordering::Relaxed),
                 addresses: agg
                     .addresses
@@ -468,7 +546,7 @@ impl Census {
                 security: usage.security.clone(),
                 apis: api_views(&usage.apis),
                 errors: usage.errors.iter().cloned().collect(),
-                served: usage.served.map(|(_, s)| s),
+                served: usage.served.map(|(_, s)| s.view()),
                 connections: live.remove(entry.key()).unwrap_or_default(),
             };
             drop(agg);
@@ -570,23 +648,31 @@ pub struct Tracked {
 }
 
 impl Tracked {
-    /// One request read from the client.
-    pub fn request(&self, api_key: i16, version: i16) {
+    /// One request read from the client at `at`.
+    pub fn request(&self, api_key: i16, version: i16, at: Instant) {
         let mut state = lock(&self.entry.state);
         state.usage.count_request(api_key, version);
-        state.usage.last_seen = now_ms();
+        state.usage.last_seen = self.census.ms_at(at);
         state.client.series.count(api_key, version);
+    }
+
+    /// An ApiVersions request read at `at`, and the feature view it was served.
+    pub fn api_versions(&self, version: i16, at: Instant, served: Option<ServedRecord>) {
+        let mut state = lock(&self.entry.state);
+        state.usage.count_request(18, version);
+        let at = self.census.ms_at(at);
+        state.usage.last_seen = at;
+        state.client.series.count(18, version);
+        match (&mut state.usage.served, served) {
+            (_, None) => {}
+            (Some((when, last)), Some(served)) if last.same(&served) => *when = at,
+            (slot, Some(served)) => *slot = Some((at, served)),
+        }
     }
 
     /// An error kshim itself returned, or a refusal ("CreateTopics: refused").
     pub fn error(&self, kind: &str) {
         lock(&self.entry.state).usage.add_error(kind, 1);
-    }
-
-    /// The feature view the client was just served.
-    pub fn served(&self, served: Served) {
-        let mut state = lock(&self.entry.state);
-        state.usage.served = Some((now_ms(), served));
     }
 
     /// The discovery-lab scenarios now applied to the connection.

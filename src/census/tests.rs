@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Instant;
 
 fn sw(name: &str, version: &str) -> ClientSoftware {
     ClientSoftware {
@@ -23,11 +24,11 @@ fn addr(last: u8) -> SocketAddr {
 fn a_connection_counts_under_the_software_it_names() {
     let c = census(100);
     let conn = c.open(addr(1), "User:alice", "PLAINTEXT").unwrap();
-    conn.request(18, 4);
+    conn.request(18, 4, Instant::now());
     conn.identify("User:alice", Some(&sw("apache-kafka-java", "4.1.1")), None);
-    conn.request(3, 12);
-    conn.request(3, 12);
-    conn.request(0, 11);
+    conn.request(3, 12, Instant::now());
+    conn.request(3, 12, Instant::now());
+    conn.request(0, 11, Instant::now());
     let all = c.clients(&Filter::default());
     let java = all
         .iter()
@@ -61,9 +62,9 @@ fn a_connection_counts_under_the_software_it_names() {
 fn filters_by_principal_and_api_key() {
     let c = census(100);
     let a = c.open(addr(1), "User:a", "SSL").unwrap();
-    a.request(0, 11);
+    a.request(0, 11, Instant::now());
     let b = c.open(addr(2), "User:b", "SSL").unwrap();
-    b.request(1, 17);
+    b.request(1, 17, Instant::now());
     let by_principal = c.clients(&Filter {
         principal: Some("User:b".into()),
         ..Filter::default()
@@ -84,7 +85,7 @@ fn stays_within_its_cap_and_counts_what_it_evicted() {
     let conn = c.open(addr(1), "User:x", "PLAINTEXT").unwrap();
     for i in 0..100_000 {
         conn.identify("User:x", Some(&sw(&format!("fake-{i}"), "1.0")), None);
-        conn.request(3, 12);
+        conn.request(3, 12, Instant::now());
         assert!(
             c.sizes().0 <= 1_000,
             "{} aggregates at step {i}",
@@ -94,7 +95,7 @@ fn stays_within_its_cap_and_counts_what_it_evicted() {
     let (kept, evicted) = c.sizes();
     assert_eq!(
         kept as u64 + evicted,
-        100_001,
+        100_000,
         "every aggregate is kept or counted as evicted"
     );
     // The live connection's aggregate is never evicted.
@@ -121,7 +122,7 @@ fn software_fields_are_cut_and_labels_stay_safe() {
     let conn = c.open(addr(1), "User:x", "PLAINTEXT").unwrap();
     let long = "a".repeat(10_000);
     conn.identify("User:x", Some(&sw(&long, "1\"}\n")), None);
-    conn.request(3, 12);
+    conn.request(3, 12, Instant::now());
     assert_eq!(conn.key().software_name.len(), MAX_SOFTWARE_CHARS);
     let mut text = String::new();
     c.render_metrics(&mut text);
@@ -136,4 +137,22 @@ fn off_means_no_records() {
         ..CensusConfig::default()
     }));
     assert!(c.open(addr(1), "User:x", "PLAINTEXT").is_none());
+}
+
+#[test]
+fn a_connection_that_did_nothing_under_an_identity_is_not_counted_there() {
+    let c = census(10);
+    let conn = c.open(addr(1), "User:x", "PLAINTEXT").unwrap();
+    conn.identify("User:x", Some(&sw("kgo", "v1")), None);
+    conn.request(3, 12, Instant::now());
+    drop(conn);
+    let all = c.clients(&Filter::default());
+    assert_eq!(
+        all.len(),
+        1,
+        "the unnamed aggregate it started under is gone"
+    );
+    assert_eq!(all[0].software_name.as_deref(), Some("kgo"));
+    assert_eq!(all[0].connections_total, 1);
+    assert_eq!(c.sizes(), (1, 0));
 }

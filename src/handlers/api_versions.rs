@@ -2,7 +2,7 @@
 //! bodies that are rebuilt only when the snapshot changes.
 
 use super::{Context, HandlerError};
-use crate::census::Served;
+use crate::census::{Served, ServedRecord};
 use crate::features::FeatureSnapshot;
 use crate::lab::Shape;
 use crate::protocol::api_versions::{
@@ -259,14 +259,14 @@ pub fn answer(
     ctx: &Context,
     request: &Request,
     shape: Option<&Shape<'_>>,
-) -> Result<(Bytes, Served), HandlerError> {
+) -> Result<(Bytes, ServedRecord), HandlerError> {
     let version = request.version;
     let snapshot = ctx.controller.snapshot();
     let draft = tolerates_draft_tags(request.software.as_ref());
-    let (body, view) = match shape {
+    let (body, served) = match shape {
         None => (
             ctx.discovery.body(version, Arc::clone(&snapshot), draft)?,
-            features_for_version(version, &snapshot, true),
+            ServedRecord::Snapshot { version, snapshot },
         ),
         Some(shape) => {
             let pinned = shape.features;
@@ -284,24 +284,22 @@ pub fn answer(
             }
             let apis = narrowed(&ctx.discovery.apis(), &shape.ranges);
             let draft = draft && ctx.discovery.draft_tags;
-            (
-                body_with_view(version, &apis, &view, draft, &shape.tags)?,
-                view,
-            )
+            let body = body_with_view(version, &apis, &view, draft, &shape.tags)?;
+            let served = Served {
+                api_versions_version: version,
+                epoch: if version >= 3 { view.epoch } else { -1 },
+                levels: if version >= 3 {
+                    view.finalized
+                        .iter()
+                        .map(|(n, (_, max))| (n.clone(), *max))
+                        .collect()
+                } else {
+                    Default::default()
+                },
+                scenarios: shape.names.clone(),
+            };
+            (body, ServedRecord::Shaped(served))
         }
-    };
-    let served = Served {
-        api_versions_version: version,
-        epoch: if version >= 3 { view.epoch } else { -1 },
-        levels: if version >= 3 {
-            view.finalized
-                .iter()
-                .map(|(n, (_, max))| (n.clone(), *max))
-                .collect()
-        } else {
-            Default::default()
-        },
-        scenarios: shape.map(|s| s.names.clone()).unwrap_or_default(),
     };
     Ok((
         frame_with_body(ApiKey::ApiVersions, version, request.correlation_id, &body),

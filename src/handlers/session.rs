@@ -8,7 +8,7 @@ use super::api_versions;
 use super::forward::{AfterResponse, Then};
 use super::sasl::{self, SaslExchange, SaslVerdict};
 use super::{dispatch, Action, Context, Peer};
-use crate::census::{api_name, Tracked};
+use crate::census::{api_name, ServedRecord, Tracked};
 use crate::lab::{self, Applied, Who};
 use crate::protocol::api_versions::ClientSoftware;
 use crate::protocol::response::{frame_with_body, response_body_offset, with_new_body};
@@ -17,7 +17,7 @@ use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 pub struct Session {
@@ -102,8 +102,9 @@ impl Session {
         &self.ctx.metrics
     }
 
-    /// What to do with one request frame (without its size prefix).
-    pub fn request(&mut self, frame: Bytes) -> Action {
+    /// What to do with one request frame (without its size prefix), read at
+    /// `read_at`.
+    pub fn request(&mut self, frame: Bytes, read_at: Instant) -> Action {
         let field = |at: usize| {
             frame
                 .get(at..at + 2)
@@ -112,27 +113,23 @@ impl Session {
         let (api_key, version) = (field(0), field(2));
         // ApiVersions counts under the client software it names.
         if api_key != ApiKey::ApiVersions as i16 {
-            self.count(api_key, version);
+            if let Some(census) = &self.census {
+                census.request(api_key, version, read_at);
+            }
         }
         if self.lab.stale(&self.ctx.lab) {
             self.rematch();
         }
         if self.lab.is_empty() {
-            return self.act(api_key, frame);
+            return self.act(api_key, frame, read_at);
         }
         let action = match self.lab_error(api_key, &frame) {
             Some(answer) => answer,
-            None => self.act(api_key, frame),
+            None => self.act(api_key, frame, read_at),
         };
         match self.lab.delay_for(api_key) {
             Some(delay) => delayed(action, delay),
             None => action,
-        }
-    }
-
-    fn count(&self, api_key: i16, version: i16) {
-        if let Some(census) = &self.census {
-            census.request(api_key, version);
         }
     }
 
@@ -164,9 +161,9 @@ impl Session {
     }
 
     /// What kshim does with a request the lab leaves alone.
-    fn act(&mut self, api_key: i16, frame: Bytes) -> Action {
+    fn act(&mut self, api_key: i16, frame: Bytes, read_at: Instant) -> Action {
         let action = if api_key == ApiKey::ApiVersions as i16 {
-            self.api_versions(frame)
+            self.api_versions(frame, read_at)
         } else {
             self.dispatch(api_key, frame)
         };
@@ -184,18 +181,18 @@ impl Session {
 
     /// ApiVersions: the client software it names identifies the connection, and
     /// the lab's scenarios for that software shape the answer.
-    fn api_versions(&mut self, frame: Bytes) -> Action {
+    fn api_versions(&mut self, frame: Bytes, read_at: Instant) -> Action {
         let version = frame
             .get(2..4)
             .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
         let request = match api_versions::read(frame) {
             Ok(api_versions::Read::Request(request)) => request,
             Ok(api_versions::Read::Refused(frame)) => {
-                self.count(ApiKey::ApiVersions as i16, version);
+                self.counted_api_versions(version, read_at, None);
                 return Action::Respond(frame);
             }
             Err(e) => {
-                self.count(ApiKey::ApiVersions as i16, version);
+                self.counted_api_versions(version, read_at, None);
                 return Err::<Bytes, _>(e).into();
             }
         };
@@ -203,16 +200,22 @@ impl Session {
             self.software.clone_from(&request.software);
             self.identified();
         }
-        self.count(ApiKey::ApiVersions as i16, version);
         let shape = self.lab.shape();
         match api_versions::answer(&self.ctx, &request, shape.as_ref()) {
             Ok((frame, served)) => {
-                if let Some(census) = &self.census {
-                    census.served(served);
-                }
+                self.counted_api_versions(version, read_at, Some(served));
                 Action::Respond(frame)
             }
-            Err(e) => Err::<Bytes, _>(e).into(),
+            Err(e) => {
+                self.counted_api_versions(version, read_at, None);
+                Err::<Bytes, _>(e).into()
+            }
+        }
+    }
+
+    fn counted_api_versions(&self, version: i16, read_at: Instant, served: Option<ServedRecord>) {
+        if let Some(census) = &self.census {
+            census.api_versions(version, read_at, served);
         }
     }
 

@@ -156,3 +156,24 @@ fn config_scenarios_are_checked_with_their_keys() {
         "{text:?}"
     );
 }
+
+#[test]
+fn the_toml_examples_in_docs_clients_md_are_valid_configs() {
+    let doc = include_str!("../../docs/clients.md");
+    let blocks: Vec<&str> = doc
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .collect();
+    assert!(
+        blocks.len() >= 2,
+        "docs/clients.md has its census and lab examples"
+    );
+    for block in blocks {
+        let config = crate::config::Config::from_toml(block)
+            .unwrap_or_else(|e| panic!("docs/clients.md example does not load:\n{block}\n{e}"));
+        for spec in &config.lab {
+            Scenario::new(spec.clone()).expect("a checked scenario");
+        }
+    }
+}

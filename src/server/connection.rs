@@ -366,7 +366,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             let size = frame.len();
             self.session.metrics().received(size + 4);
             let timing = Timing::of(&frame, now);
-            let (slot, kept) = match self.session.request(frame) {
+            let (slot, kept) = match self.session.request(frame, now) {
                 Action::Respond(frame) => (
                     Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)),
                     0,
