@@ -487,10 +487,7 @@ impl Drop for OpenConnection {
 }
 
 fn api_name(key: usize) -> String {
-    i16::try_from(key)
-        .ok()
-        .and_then(|k| kafka_protocol::messages::ApiKey::try_from(k).ok())
-        .map_or_else(|| format!("Unknown{key}"), |api| format!("{api:?}"))
+    crate::protocol::api_name(i16::try_from(key).unwrap_or(i16::MAX))
 }
 
 fn seconds(micros: u64) -> String {

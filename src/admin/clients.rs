@@ -2,13 +2,13 @@
 //! connects), `/admin/clients/impact` (who breaks under a planned release or
 //! feature level), `/admin/lab/scenarios` (scenarios, changed at runtime).
 
-use super::{authorize, caller_name, ApiError, Caller, Need, Shared};
+use super::{authorize, caller_name, read_body, ApiError, Caller, Need, Shared};
 use crate::census::impact::{
     feature_impact, known_releases, parse_feature_level, release, release_impact,
 };
 use crate::census::Filter;
 use crate::lab::{api_key_named, Scenario, ScenarioSpec};
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
@@ -140,17 +140,7 @@ pub(super) async fn put_scenario(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&state, caller.as_deref(), &headers, Need::Write)?;
-    let raw: Bytes = axum::body::to_bytes(body, state.max_body_bytes)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the body is larger than {} bytes (admin.max_body_bytes)",
-                    state.max_body_bytes
-                ),
-            )
-        })?;
+    let raw = read_body(&state, body).await?;
     let mut spec: ScenarioSpec = serde_json::from_slice(&raw).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -437,11 +437,9 @@ async fn get_config(
 }
 
 /// The body of PATCH and validate: a JSON object of key → value (null removes).
-async fn change_body(
-    state: &AdminState,
-    body: Body,
-) -> Result<BTreeMap<String, Option<Value>>, ApiError> {
-    let raw: Bytes = axum::body::to_bytes(body, state.max_body_bytes)
+/// A request body, within `admin.max_body_bytes`.
+async fn read_body(state: &AdminState, body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, state.max_body_bytes)
         .await
         .map_err(|_| {
             ApiError::new(
@@ -451,7 +449,14 @@ async fn change_body(
                     state.max_body_bytes
                 ),
             )
-        })?;
+        })
+}
+
+async fn change_body(
+    state: &AdminState,
+    body: Body,
+) -> Result<BTreeMap<String, Option<Value>>, ApiError> {
+    let raw = read_body(state, body).await?;
     let value: Value = serde_json::from_slice(&raw).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

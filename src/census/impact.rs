@@ -10,7 +10,8 @@
 //!   feature is set below them), from `FEATURE_APIS`.
 
 use super::releases::{Release, RELEASES};
-use super::{api_name, ClientView};
+use super::ClientView;
+use crate::protocol::api_name;
 use serde::Serialize;
 
 /// API versions that a client uses only when a feature is finalized at a level:

@@ -20,6 +20,7 @@ pub mod impact;
 pub mod releases;
 
 use crate::features::FeatureSnapshot;
+use crate::protocol::api_name;
 use crate::protocol::api_versions::ClientSoftware;
 use dashmap::DashMap;
 use serde::Serialize;
@@ -632,12 +633,6 @@ fn api_views(apis: &[(i16, i16, u64)]) -> Vec<ApiUse> {
         .collect();
     out.sort_by_key(|a| (a.api_key, a.version));
     out
-}
-
-/// Kafka's name for an API key ("Produce"), or "Unknown<key>".
-pub fn api_name(key: i16) -> String {
-    kafka_protocol::messages::ApiKey::try_from(key)
-        .map_or_else(|_| format!("Unknown{key}"), |api| format!("{api:?}"))
 }
 
 /// One connection's census record, held by its session; folded into its

@@ -262,6 +262,24 @@ fn s(v: &Value) -> String {
     }
 }
 
+/// The principal, software name and software version cells of a client, then `more`.
+fn row(c: &Value, more: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut cells = vec![
+        s(&c["principal"]),
+        s(&c["software_name"]),
+        s(&c["software_version"]),
+    ];
+    cells.extend(more);
+    cells
+}
+
+/// A JSON list of strings, joined.
+fn joined(list: &Value, separator: &str) -> String {
+    list.as_array()
+        .map(|a| a.iter().map(s).collect::<Vec<_>>().join(separator))
+        .unwrap_or_default()
+}
+
 fn ago(ms: &Value) -> String {
     let Some(then) = ms.as_u64() else {
         return "-".into();
@@ -324,17 +342,17 @@ fn list_text(answer: &Value) -> String {
             let requests: u64 = c["apis"]
                 .as_array()
                 .map_or(0, |a| a.iter().filter_map(|x| x["requests"].as_u64()).sum());
-            vec![
-                s(&c["principal"]),
-                s(&c["software_name"]),
-                s(&c["software_version"]),
-                s(&c["connections_live"]),
-                s(&c["connections_total"]),
-                requests.to_string(),
-                s(&c["served"]["epoch"]),
-                s(&c["security"]),
-                ago(&c["last_seen_ms"]),
-            ]
+            row(
+                c,
+                [
+                    s(&c["connections_live"]),
+                    s(&c["connections_total"]),
+                    requests.to_string(),
+                    s(&c["served"]["epoch"]),
+                    s(&c["security"]),
+                    ago(&c["last_seen_ms"]),
+                ],
+            )
         })
         .collect();
     let mut out = table(
@@ -375,10 +393,7 @@ fn show_text(answer: &Value) -> String {
             "  connections: {} live, {} in all; addresses: {}\n",
             s(&c["connections_live"]),
             s(&c["connections_total"]),
-            c["addresses"]
-                .as_array()
-                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
-                .unwrap_or_default()
+            joined(&c["addresses"], ", ")
         ));
         out.push_str(&format!(
             "  security: {}; last seen {}\n",
@@ -476,16 +491,7 @@ fn release_text(answer: &Value) -> String {
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            vec![
-                s(&c["principal"]),
-                s(&c["software_name"]),
-                s(&c["software_version"]),
-                c["addresses"]
-                    .as_array()
-                    .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-                    .unwrap_or_default(),
-                apis,
-            ]
+            row(c, [joined(&c["addresses"], ","), apis])
         })
         .collect();
     out.push_str(&table(
@@ -514,15 +520,7 @@ fn feature_text(answer: &Value) -> String {
     if !lower.is_empty() {
         let rows: Vec<Vec<String>> = lower
             .iter()
-            .map(|c| {
-                vec![
-                    s(&c["principal"]),
-                    s(&c["software_name"]),
-                    s(&c["software_version"]),
-                    s(&c["served_level"]),
-                    s(&c["served_epoch"]),
-                ]
-            })
+            .map(|c| row(c, [s(&c["served_level"]), s(&c["served_epoch"])]))
             .collect();
         out.push_str(&table(
             &["PRINCIPAL", "SOFTWARE", "VERSION", "SERVED LEVEL", "EPOCH"],
@@ -555,12 +553,7 @@ fn feature_text(answer: &Value) -> String {
                     })
                     .collect::<Vec<_>>()
                     .join(", ");
-                vec![
-                    s(&c["principal"]),
-                    s(&c["software_name"]),
-                    s(&c["software_version"]),
-                    apis,
-                ]
+                row(c, [apis])
             })
             .collect();
         out.push_str(&table(&["PRINCIPAL", "SOFTWARE", "VERSION", "APIS"], &rows));

@@ -8,11 +8,12 @@ use super::api_versions;
 use super::forward::{AfterResponse, Then};
 use super::sasl::{self, SaslExchange, SaslVerdict};
 use super::{dispatch, Action, Context, Peer};
-use crate::census::{api_name, ServedRecord, Tracked};
+use crate::census::{ServedRecord, Tracked};
 use crate::lab::{self, Applied, Who};
+use crate::protocol::api_name;
 use crate::protocol::api_versions::ClientSoftware;
 use crate::protocol::response::{frame_with_body, response_body_offset, with_new_body};
-use crate::protocol::{error_codes, CodecError, HeaderPeek};
+use crate::protocol::{error_codes, key_and_version, CodecError, HeaderPeek};
 use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -105,12 +106,7 @@ impl Session {
     /// What to do with one request frame (without its size prefix), read at
     /// `read_at`.
     pub fn request(&mut self, frame: Bytes, read_at: Instant) -> Action {
-        let field = |at: usize| {
-            frame
-                .get(at..at + 2)
-                .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
-        };
-        let (api_key, version) = (field(0), field(2));
+        let (api_key, version) = key_and_version(&frame);
         // ApiVersions counts under the client software it names.
         if api_key != ApiKey::ApiVersions as i16 {
             if let Some(census) = &self.census {
@@ -123,7 +119,15 @@ impl Session {
         if self.lab.is_empty() {
             return self.act(api_key, frame, read_at);
         }
-        let action = match self.lab_error(api_key, &frame) {
+        // ApiVersions meets the lab's errors once it has named the software
+        // (`api_versions`), so that scenarios matching the software apply to it.
+        let injected = match HeaderPeek::parse(&frame) {
+            Ok(peek) if api_key != ApiKey::ApiVersions as i16 => {
+                self.lab_error(api_key, peek.api_version, peek.correlation_id)
+            }
+            _ => None,
+        };
+        let action = match injected {
             Some(answer) => answer,
             None => self.act(api_key, frame, read_at),
         };
@@ -134,18 +138,17 @@ impl Session {
     }
 
     /// The lab's error answer to this request, when a scenario has one for it.
-    fn lab_error(&mut self, api_key: i16, frame: &Bytes) -> Option<Action> {
+    fn lab_error(&mut self, api_key: i16, version: i16, correlation_id: i32) -> Option<Action> {
         let api = ApiKey::try_from(api_key).ok()?;
-        let peek = HeaderPeek::parse(frame).ok()?;
         let (code, scenario) = self.lab.error_for(api_key)?;
-        let body = match lab::errors::error_body(api, peek.api_version, code)? {
+        let body = match lab::errors::error_body(api, version, code)? {
             Ok(body) => body,
             Err(e) => {
                 tracing::warn!("discovery lab: {e}");
                 return None;
             }
         };
-        tracing::info!(peer = %self.peer.addr, %scenario, "discovery lab: {api:?} v{} answered with error {code} ({})", peek.api_version, error_codes::name(code));
+        tracing::info!(peer = %self.peer.addr, %scenario, "discovery lab: {api:?} v{version} answered with error {code} ({})", error_codes::name(code));
         if let Some(census) = &self.census {
             census.error(&format!(
                 "{api:?}: {} ({code}, discovery lab)",
@@ -154,8 +157,8 @@ impl Session {
         }
         Some(Action::Respond(frame_with_body(
             api,
-            peek.api_version,
-            peek.correlation_id,
+            version,
+            correlation_id,
             &body,
         )))
     }
@@ -182,9 +185,7 @@ impl Session {
     /// ApiVersions: the client software it names identifies the connection, and
     /// the lab's scenarios for that software shape the answer.
     fn api_versions(&mut self, frame: Bytes, read_at: Instant) -> Action {
-        let version = frame
-            .get(2..4)
-            .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
+        let (_, version) = key_and_version(&frame);
         let request = match api_versions::read(frame) {
             Ok(api_versions::Read::Request(request)) => request,
             Ok(api_versions::Read::Refused(frame)) => {
@@ -199,6 +200,13 @@ impl Session {
         if request.software.is_some() && request.software != self.software {
             self.software.clone_from(&request.software);
             self.identified();
+        }
+        if !self.lab.is_empty() {
+            let api = ApiKey::ApiVersions as i16;
+            if let Some(answer) = self.lab_error(api, version, request.correlation_id) {
+                self.counted_api_versions(version, read_at, None);
+                return answer;
+            }
         }
         let shape = self.lab.shape();
         match api_versions::answer(&self.ctx, &request, shape.as_ref()) {

@@ -211,7 +211,7 @@ pub fn api_key_named(name: &str) -> Option<i16> {
 }
 
 fn parse_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
@@ -489,7 +489,7 @@ impl Lab {
                     .iter()
                     .filter_map(|i| {
                         let left = i.left.as_ref()?.load(Ordering::Relaxed);
-                        Some((crate::census::api_name(i.api), left))
+                        Some((crate::protocol::api_name(i.api), left))
                     })
                     .collect(),
             })

@@ -13,6 +13,17 @@ pub struct HeaderPeek {
     pub correlation_id: i32,
 }
 
+/// A request frame's API key and version, read in place (-1 for what the frame
+/// is too short to hold): for counting, before anything is decoded.
+pub fn key_and_version(frame: &[u8]) -> (i16, i16) {
+    let field = |at: usize| {
+        frame
+            .get(at..at + 2)
+            .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
+    };
+    (field(0), field(2))
+}
+
 impl HeaderPeek {
     pub fn parse(frame: &[u8]) -> Result<HeaderPeek, CodecError> {
         let mut r = Reader::new(frame);

@@ -17,5 +17,11 @@ pub mod results;
 pub mod wire;
 
 pub use frame::{FrameCodec, FrameError, DEFAULT_MAX_FRAME_BYTES};
-pub use header::{HeaderPeek, RequestFrame};
+pub use header::{key_and_version, HeaderPeek, RequestFrame};
 pub use wire::{CodecError, Reader};
+
+/// Kafka's name for an API key ("Produce"), or "Unknown<key>".
+pub fn api_name(key: i16) -> String {
+    kafka_protocol::messages::ApiKey::try_from(key)
+        .map_or_else(|_| format!("Unknown{key}"), |api| format!("{api:?}"))
+}

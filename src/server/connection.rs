@@ -53,14 +53,10 @@ struct Timing {
 
 impl Timing {
     fn of(frame: &[u8], read_at: Instant) -> Timing {
-        let field = |at: usize| {
-            frame
-                .get(at..at + 2)
-                .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
-        };
+        let (api_key, version) = crate::protocol::key_and_version(frame);
         Timing {
-            api_key: field(0),
-            version: field(2),
+            api_key,
+            version,
             read_at,
         }
     }

@@ -483,6 +483,11 @@ api_versions = {{ UpdateFeatures = [0, 0] }}
 name = "slow"
 match = {{ software_name = "probe-slow" }}
 delays = [{{ api = "Metadata", ms = 400 }}]
+
+[[lab.scenarios]]
+name = "refuse-once"
+match = {{ software_name = "probe-error" }}
+errors = [{{ api = "ApiVersions", error_code = 42, times = 1 }}]
 """)
     assert ke.wait_until(lambda: ke.port_accepts("127.0.0.1", admin_port), 20)
     admin = ke.AdminApi(admin_port, TOKEN)
@@ -493,6 +498,9 @@ delays = [{{ api = "Metadata", ms = 400 }}]
     assert shaped.finalized == {"transaction.version": (1, 1)}
     assert shaped.other_tags[12345] == bytes.fromhex("deadbeef")
     assert shaped.api_keys[57] == (0, 0) and plain.api_keys[57][1] >= 1
+    # The ApiVersions that names the software already meets the scenario's error, once.
+    assert ke.api_versions(kshim.bootstrap, software=("probe-error", "1")).error_code == 42
+    assert ke.api_versions(kshim.bootstrap, software=("probe-error", "1")).error_code == 0
     min_zero = {n for n, (lo, _) in shaped.supported.items() if lo == 0}
     assert min_zero and not {n for n, (lo, _) in plain.supported.items() if lo == 0}, (shaped.supported, plain.supported)
 
@@ -507,4 +515,4 @@ delays = [{{ api = "Metadata", ms = 400 }}]
     # A scenario the lab cannot apply is refused with its reason, and nothing changes.
     status, body = admin.call("PUT", "/admin/lab/scenarios/bad", {"errors": [{"api": "Produce", "error_code": 6}]})
     assert status == 400 and "no top-level error code" in body["error"], body
-    assert {s["name"] for s in admin.get("/admin/lab/scenarios")[1]["scenarios"]} == {"shape", "slow"}
+    assert {s["name"] for s in admin.get("/admin/lab/scenarios")[1]["scenarios"]} == {"shape", "slow", "refuse-once"}
