@@ -52,10 +52,33 @@ fn main() -> std::process::ExitCode {
         Ok(0) => std::process::ExitCode::SUCCESS,
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
-            eprintln!("kshim: {e:#}");
+            eprintln!("kshim: {}", chain_once(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Colour only on a terminal, and never with NO_COLOR set (no-color.org).
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// An error and its causes as one line, each cause once: a cause whose text
+/// its wrapper already shows (errors that print their source) is not repeated.
+fn chain_once(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(text.trim()) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Logs to stderr with `RUST_LOG`'s filter (or the command's default), through
@@ -72,7 +95,11 @@ fn init_logging(command: &Command) -> kshim::service::LogControl {
         tracing_subscriber::reload::Layer::new(EnvFilter::new(startup_filter.as_str()));
     tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(colour()),
+        )
         .init();
     kshim::service::LogControl {
         set: std::sync::Arc::new(move |text: &str| {

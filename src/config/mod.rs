@@ -417,6 +417,20 @@ fn per_ip_overrides(
     out
 }
 
+/// The host of `HOST:PORT` (brackets of an IPv6 address removed).
+fn host_of(host_port: &str) -> &str {
+    host_port
+        .rsplit_once(':')
+        .map_or(host_port, |(h, _)| h)
+        .trim_matches(['[', ']'])
+}
+
+/// Whether `host` means every address: never one to tell clients.
+fn is_wildcard(host: &str) -> bool {
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+}
+
 /// `HOST:PORT` with a numeric port.
 fn check_host_port(key: &str, value: &str, errors: &mut Vec<ConfigError>) {
     match value.rsplit_once(':') {
@@ -587,6 +601,33 @@ impl Config {
         check_host_port("listen", &self.listen, errors);
         if let Some(a) = &self.advertised_listener {
             check_host_port("advertised_listener", a, errors);
+            if is_wildcard(host_of(a)) {
+                errors.push(ConfigError::new(
+                    "advertised_listener",
+                    format!("{a} is not an address clients can connect to: give the host name or address they should use"),
+                ));
+            }
+        } else if complete && is_wildcard(host_of(&self.listen)) {
+            // Kafka refuses a wildcard advertised address too: clients would be
+            // told to connect to 0.0.0.0.
+            errors.push(ConfigError::new(
+                "listen",
+                format!(
+                    "{} listens on every address, so kshim cannot tell clients which one to use: set advertised_listener (or --advertised-listener) to the HOST:PORT clients connect to",
+                    self.listen
+                ),
+            ));
+        }
+        if let Some(host) = self
+            .upstream
+            .as_ref()
+            .and_then(|u| u.advertised_host.as_deref())
+            .filter(|h| is_wildcard(h))
+        {
+            errors.push(ConfigError::new(
+                "upstream.listeners.advertised_host",
+                format!("{host} is not an address clients can connect to"),
+            ));
         }
         if let Some(admin) = &self.admin {
             check_host_port("admin.listen", &admin.listen, errors);
@@ -1114,5 +1155,48 @@ max_brokers = 0
         assert_eq!(c.effective_dependencies(), kafka::dependencies());
         assert!(c.draft_tags);
         assert!(c.alter_cluster.is_none());
+    }
+}
+
+#[cfg(test)]
+mod wildcard_tests {
+    use super::*;
+
+    fn complete_errors(text: &str) -> Vec<String> {
+        let config = Config::from_toml(text).expect("parses");
+        let mut errors = Vec::new();
+        config.validate(&mut errors);
+        errors.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_wildcard_is_never_advertised() {
+        let refused = complete_errors("listen = \"0.0.0.0:19092\"");
+        assert!(
+            refused[0].starts_with("listen: 0.0.0.0:19092 listens on every address"),
+            "{refused:?}"
+        );
+        assert!(complete_errors("listen = \"[::]:19092\"")[0].contains("advertised_listener"));
+        assert!(complete_errors(
+            "listen = \"0.0.0.0:19092\"\nadvertised_listener = \"kshim.example:19092\""
+        )
+        .is_empty());
+        assert!(complete_errors("listen = \"127.0.0.1:19092\"").is_empty());
+        let advertised = Config::from_toml("advertised_listener = \"0.0.0.0:19092\"").unwrap_err();
+        assert!(
+            advertised.to_string().contains(
+                "advertised_listener: 0.0.0.0:19092 is not an address clients can connect to"
+            ),
+            "{advertised}"
+        );
+        let host = Config::from_toml(
+            "advertised_listener = \"kshim.example:19092\"\n[upstream]\nbootstrap = \"k:9092\"\n[upstream.listeners]\nadvertised_host = \"::\"",
+        )
+        .unwrap_err();
+        assert!(
+            host.to_string()
+                .contains("upstream.listeners.advertised_host: :: is not"),
+            "{host}"
+        );
     }
 }

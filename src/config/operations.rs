@@ -100,6 +100,18 @@ pub(super) fn parse_log(t: &toml::Table, errors: &mut Vec<ConfigError>) -> Optio
 
 /// Whether `filter` reads as a `RUST_LOG`-style filter.
 pub fn check_log_filter(filter: &str) -> Result<(), String> {
+    // RUST_LOG reads a bare word as a target to log at every level, so a
+    // misspelt level ("warning") would silently turn the rest of the log off.
+    // Here a directive without '=' must be a level.
+    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if !directive.contains('=') && !LEVELS.contains(&directive.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "\"{directive}\" is not a log level (one of {}); a target takes TARGET=LEVEL, such as kshim::upstream=debug",
+                LEVELS.join(", ")
+            ));
+        }
+    }
     tracing_subscriber::EnvFilter::builder()
         .parse(filter)
         .map(|_| ())
