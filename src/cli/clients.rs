@@ -5,7 +5,7 @@ use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
-use kshim::tls::{ClientTlsMaterial, Identity, Protocols, Trust, UpstreamTls};
+use kshim::tls::{Identity, Protocols, Trust, UpstreamTls};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -36,6 +36,11 @@ struct AdminArgs {
     cert_file: Option<PathBuf>,
     #[arg(long, global = true, requires = "cert_file")]
     key_file: Option<PathBuf>,
+    /// Kafka client properties: their ssl.* settings secure an https admin API
+    /// (the file `kshim features --command-config` takes). The admin API
+    /// authenticates callers by token or client certificate, so sasl.* is not used.
+    #[arg(long = "command-config", global = true, value_name = "FILE")]
+    command_config: Option<PathBuf>,
     #[arg(long, global = true, value_enum, default_value = "text")]
     output: Output,
     /// Seconds to wait for the answer.
@@ -189,22 +194,39 @@ async fn get(admin: &AdminArgs, path: &str) -> Result<Value> {
     if !https {
         return exchange(stream, authority, path, token.as_deref()).await;
     }
-    let settings = UpstreamTls {
-        trust: match &admin.ca_file {
-            Some(path) => Trust::Pem(path.clone()),
-            None => bail!("--ca-file is needed for an https admin API"),
-        },
-        identity: match (&admin.cert_file, &admin.key_file) {
-            (Some(certificate), Some(key)) => Some(Identity::Pem {
-                certificate: certificate.clone(),
-                key: key.clone(),
-            }),
-            _ => None,
-        },
-        protocols: Protocols::default(),
-        server_name: None,
+    let from_file = match &admin.command_config {
+        None => None,
+        Some(path) => {
+            let config = super::command_config::CommandConfig::load(path)?;
+            if config.sasl.is_some() {
+                eprintln!(
+                    "note: the admin API authenticates with its token or a client certificate; \
+                     the sasl.* settings in {} are not used",
+                    path.display()
+                );
+            }
+            config.tls
+        }
     };
-    let material = ClientTlsMaterial::build("--ca-file", &settings)?;
+    let settings = match from_file {
+        Some(settings) => settings,
+        None => UpstreamTls {
+            trust: match &admin.ca_file {
+                Some(path) => Trust::Pem(path.clone()),
+                None => bail!("--ca-file (or --command-config with ssl.truststore.location) is needed for an https admin API"),
+            },
+            identity: match (&admin.cert_file, &admin.key_file) {
+                (Some(certificate), Some(key)) => Some(Identity::Pem {
+                    certificate: certificate.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
+            protocols: Protocols::default(),
+            server_name: None,
+        },
+    };
+    let material = super::command_config::build_tls(&settings)?;
     let host = authority
         .rsplit_once(':')
         .map_or(authority, |(h, _)| h)

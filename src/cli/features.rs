@@ -2,35 +2,48 @@
 //! or to any Kafka cluster; its text output uses the lines of Kafka's
 //! FeatureCommand, its JSON output the KIP's describe document.
 
+use super::command_config::CommandConfig;
 use anyhow::{bail, Context as _, Result};
 use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest};
 use kafka_protocol::protocol::StrBytes;
-use kshim::client::{negotiate, KafkaClient};
-use kshim::features::kafka::{metadata_version_level, metadata_version_name, METADATA_VERSION};
+use kshim::client::{negotiate, ClientSecurity, KafkaClient};
+use kshim::features::kafka::{
+    self as kafka, any_metadata_version_level, any_metadata_version_name, metadata_version_level,
+    metadata_version_name, METADATA_VERSION,
+};
 use kshim::features::UpgradeType;
 use kshim::protocol::api_versions::DecodedApiVersions;
 use kshim::protocol::error_codes;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct FeaturesArgs {
+    #[command(flatten)]
+    common: Common,
     #[command(subcommand)]
     op: Op,
 }
 
+/// Options every subcommand takes, before or after its name (as Kafka's tool
+/// takes them before).
 #[derive(clap::Args, Debug, Clone)]
 struct Common {
     /// HOST:PORT[,HOST:PORT...] of kshim or of Kafka brokers.
-    #[arg(long = "bootstrap-server", required = true)]
-    bootstrap_server: String,
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long = "bootstrap-server", global = true)]
+    bootstrap_server: Option<String>,
+    /// Kafka client properties: security.protocol, ssl.* and sasl.* (PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512), as kafka-features.sh reads them.
+    #[arg(long = "command-config", global = true, value_name = "FILE")]
+    command_config: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "text", global = true)]
     output: Output,
     /// Seconds to wait for each server.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, global = true)]
     timeout: u64,
 }
 
@@ -42,8 +55,6 @@ enum Output {
 
 #[derive(clap::Args, Debug, Clone)]
 struct UpdateArgs {
-    #[command(flatten)]
-    common: Common,
     /// NAME=LEVEL (repeatable). metadata.version also takes a release name such as 4.1-IV1.
     #[arg(long = "feature")]
     features: Vec<String>,
@@ -55,27 +66,49 @@ struct UpdateArgs {
     yes: bool,
 }
 
+#[derive(clap::Args, Debug, Clone)]
+struct ReleaseArgs {
+    /// Every feature to the levels of this Kafka release, such as 4.0 or 3.9-IV0
+    /// (see version-mapping).
+    #[arg(long, conflicts_with = "all")]
+    release_version: Option<String>,
+    /// Deprecated in Kafka's tool: metadata.version only, to this release.
+    #[arg(long, hide = true)]
+    metadata: Option<String>,
+}
+
 #[derive(clap::Subcommand, Debug)]
 enum Op {
     /// Show supported and finalized features.
-    Describe(Common),
+    Describe,
     /// Raise finalized levels.
     Upgrade {
         #[command(flatten)]
         update: UpdateArgs,
-        /// Every feature to the highest level the server supports.
+        #[command(flatten)]
+        release: ReleaseArgs,
+        /// Every feature below the latest stable Kafka release's level to that
+        /// level, and every other feature to the highest level the server supports.
         #[arg(long)]
         all: bool,
+        /// With --all: Kafka's features too to the highest level the server
+        /// supports, including levels not yet stable (such as share.version 1 in 4.1).
+        #[arg(long, requires = "all")]
+        unstable: bool,
     },
     /// Lower finalized levels.
     Downgrade {
         #[command(flatten)]
         update: UpdateArgs,
-        /// Allow a downgrade that may lose data (UNSAFE_DOWNGRADE).
+        #[command(flatten)]
+        release: ReleaseArgs,
+        /// Every Kafka feature finalized above the latest stable Kafka release's
+        /// level down to it (before rolling brokers back to that release).
         #[arg(long)]
+        all: bool,
+        /// Allow a downgrade that may lose data (UNSAFE_DOWNGRADE).
+        #[arg(long = "unsafe", alias = "unsafe-downgrade")]
         unsafe_downgrade: bool,
-        #[arg(long = "unsafe", hide = true)]
-        unsafe_flag: bool,
     },
     /// Disable features (finalize level 0).
     Disable {
@@ -83,6 +116,18 @@ enum Op {
         update: UpdateArgs,
         #[arg(long = "unsafe")]
         unsafe_flag: bool,
+    },
+    /// The feature levels of a Kafka release (default: the latest stable one).
+    /// Needs no server.
+    VersionMapping {
+        #[arg(long)]
+        release_version: Option<String>,
+    },
+    /// What a feature level requires of other features. Needs no server.
+    FeatureDependencies {
+        /// NAME=LEVEL (repeatable).
+        #[arg(long = "feature", required = true)]
+        features: Vec<String>,
     },
 }
 
@@ -108,15 +153,48 @@ fn split_servers(list: &str) -> Vec<String> {
         .collect()
 }
 
+/// Where the commands that talk to a server connect, and how.
+struct Target {
+    servers: Vec<String>,
+    security: ClientSecurity,
+    timeout: Duration,
+    output: Output,
+}
+
+impl Target {
+    fn new(common: &Common) -> Result<Target> {
+        let Some(list) = &common.bootstrap_server else {
+            bail!("--bootstrap-server is required: HOST:PORT of kshim or of a Kafka broker");
+        };
+        let servers = split_servers(list);
+        if servers.is_empty() {
+            bail!("--bootstrap-server names no server");
+        }
+        let security = match &common.command_config {
+            Some(path) => CommandConfig::load(path)?.security()?,
+            None => ClientSecurity::default(),
+        };
+        Ok(Target {
+            servers,
+            security,
+            timeout: Duration::from_secs(common.timeout),
+            output: common.output,
+        })
+    }
+
+    async fn connect(&self, server: &str) -> Result<KafkaClient, kshim::client::ClientError> {
+        KafkaClient::connect_secured(server, self.timeout, &self.security).await
+    }
+}
+
 /// Asks every bootstrap server and keeps the answer with the highest epoch: the
 /// KIP's rule for eventually consistent reads.
-async fn describe_all(common: &Common) -> Result<Described> {
-    let timeout = Duration::from_secs(common.timeout);
+async fn describe_all(target: &Target) -> Result<Described> {
     let mut best: Option<Described> = None;
     let mut failures = Vec::new();
-    for server in split_servers(&common.bootstrap_server) {
+    for server in &target.servers {
         let attempt = async {
-            let mut client = KafkaClient::connect(&server, timeout).await?;
+            let mut client = target.connect(server).await?;
             let (_, answer) = client.api_versions().await?;
             Ok::<_, kshim::client::ClientError>(answer)
         };
@@ -235,10 +313,21 @@ impl Kind {
 }
 
 pub async fn run(args: FeaturesArgs) -> Result<u8> {
-    match args.op {
-        Op::Describe(common) => {
-            let d = describe_all(&common).await?;
-            match common.output {
+    let common = args.common;
+    let op = match args.op {
+        Op::VersionMapping { release_version } => {
+            return version_mapping(release_version.as_deref(), common.output)
+        }
+        Op::FeatureDependencies { features } => {
+            return feature_dependencies(&features, common.output)
+        }
+        op => op,
+    };
+    let target = Target::new(&common)?;
+    match op {
+        Op::Describe => {
+            let d = describe_all(&target).await?;
+            match target.output {
                 Output::Text => emit(&describe_text(&d)),
                 Output::Json => emit(&format!(
                     "{}\n",
@@ -247,39 +336,61 @@ pub async fn run(args: FeaturesArgs) -> Result<u8> {
             }
             Ok(0)
         }
-        Op::Upgrade { update, all } => {
+        Op::Upgrade {
+            update,
+            release,
+            all,
+            unstable,
+        } => {
             let mut wanted = parse_all(&update.features, false)?;
+            release_or_metadata(Kind::Upgrade, &release, &mut wanted)?;
             if all {
                 if !wanted.is_empty() {
-                    bail!("--all cannot be combined with --feature");
+                    bail!("--all cannot be combined with --feature or --release-version");
                 }
-                let d = describe_all(&update.common).await?;
-                let f = &d.answer.features;
-                for (name, &(_, max)) in &f.supported {
-                    let current = f.finalized.get(name).map_or(0, |&(_, m)| m);
-                    if max > current {
-                        wanted.insert(name.clone(), max);
-                    }
-                }
+                let d = describe_all(&target).await?;
+                wanted = upgrade_all(&d, unstable);
                 if wanted.is_empty() {
-                    emit("Every feature is already finalized at its highest supported level.\n");
+                    emit("Every feature is already finalized at the level --all would set.\n");
                     return Ok(0);
                 }
             }
-            update_features(Kind::Upgrade, UpgradeType::Upgrade, wanted, &update).await
+            update_features(
+                Kind::Upgrade,
+                UpgradeType::Upgrade,
+                wanted,
+                &update,
+                &target,
+            )
+            .await
         }
         Op::Downgrade {
             update,
+            release,
+            all,
             unsafe_downgrade,
-            unsafe_flag,
         } => {
-            let wanted = parse_all(&update.features, false)?;
-            let t = if unsafe_downgrade || unsafe_flag {
+            let mut wanted = parse_all(&update.features, false)?;
+            release_or_metadata(Kind::Downgrade, &release, &mut wanted)?;
+            if all {
+                if !wanted.is_empty() {
+                    bail!("--all cannot be combined with --feature or --release-version");
+                }
+                let d = describe_all(&target).await?;
+                wanted = downgrade_all(&d);
+                if wanted.is_empty() {
+                    emit(
+                        "No feature is finalized above the latest stable Kafka release's level.\n",
+                    );
+                    return Ok(0);
+                }
+            }
+            let t = if unsafe_downgrade {
                 UpgradeType::UnsafeDowngrade
             } else {
                 UpgradeType::SafeDowngrade
             };
-            update_features(Kind::Downgrade, t, wanted, &update).await
+            update_features(Kind::Downgrade, t, wanted, &update, &target).await
         }
         Op::Disable {
             update,
@@ -291,8 +402,211 @@ pub async fn run(args: FeaturesArgs) -> Result<u8> {
             } else {
                 UpgradeType::SafeDowngrade
             };
-            update_features(Kind::Disable, t, wanted, &update).await
+            update_features(Kind::Disable, t, wanted, &update, &target).await
         }
+        // Answered above, without a server.
+        Op::VersionMapping { .. } | Op::FeatureDependencies { .. } => Ok(0),
+    }
+}
+
+/// `--release-version` (every release feature to the release's level) and the
+/// deprecated `--metadata` (metadata.version only), as Kafka's tool reads them.
+/// An upgrade leaves out features whose release level is 0; a downgrade sets
+/// them too.
+fn release_or_metadata(
+    kind: Kind,
+    release: &ReleaseArgs,
+    wanted: &mut BTreeMap<String, i16>,
+) -> Result<()> {
+    if let Some(name) = &release.metadata {
+        emit(" `metadata` flag is deprecated and may be removed in a future release.\n");
+        if release.release_version.is_some() || !wanted.is_empty() {
+            bail!("Can not specify `metadata` with other feature flags.");
+        }
+        wanted.insert(METADATA_VERSION.to_owned(), release_level(name)?);
+    }
+    if let Some(name) = &release.release_version {
+        if !wanted.is_empty() {
+            bail!("Can not specify `release-version` with other feature flags.");
+        }
+        for (feature, level) in kafka::release_levels(release_level(name)?) {
+            if kind == Kind::Downgrade || level > 0 {
+                wanted.insert(feature.to_owned(), level);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn release_level(name: &str) -> Result<i16> {
+    any_metadata_version_level(name).with_context(|| {
+        let stable: Vec<&str> = kafka::METADATA_VERSIONS
+            .iter()
+            .map(|(_, n, _)| *n)
+            .collect();
+        format!(
+            "Unknown metadata.version {name}. Supported metadata.version are {}",
+            stable.join(", ")
+        )
+    })
+}
+
+/// The levels of the latest stable Kafka release this tool knows.
+fn latest_release_levels() -> BTreeMap<&'static str, i16> {
+    kafka::release_levels(kafka::METADATA_VERSION_LATEST_PRODUCTION)
+        .into_iter()
+        .collect()
+}
+
+/// `upgrade --all`: Kafka's features to the latest stable release's levels (or,
+/// with `unstable`, to the server's highest), every other feature to the
+/// highest level the server supports; only ever up, never past what the
+/// server supports.
+fn upgrade_all(d: &Described, unstable: bool) -> BTreeMap<String, i16> {
+    let release = latest_release_levels();
+    let f = &d.answer.features;
+    let mut wanted = BTreeMap::new();
+    for (name, &(_, max)) in &f.supported {
+        let goal = match release.get(name.as_str()) {
+            Some(&level) if !unstable => level.min(max),
+            _ => max,
+        };
+        let current = f.finalized.get(name).map_or(0, |&(_, m)| m);
+        if goal > current {
+            wanted.insert(name.clone(), goal);
+        }
+    }
+    wanted
+}
+
+/// `downgrade --all`: every Kafka feature finalized above the latest stable
+/// release's level down to it. Features Kafka does not define are left alone:
+/// this tool knows no release of theirs.
+fn downgrade_all(d: &Described) -> BTreeMap<String, i16> {
+    let release = latest_release_levels();
+    let mut wanted = BTreeMap::new();
+    for (name, &(_, current)) in &d.answer.features.finalized {
+        if let Some(&level) = release.get(name.as_str()) {
+            if current > level {
+                wanted.insert(name.clone(), level);
+            }
+        }
+    }
+    wanted
+}
+
+/// `version-mapping`: Kafka's FeatureCommand lines for a release.
+fn version_mapping(release: Option<&str>, output: Output) -> Result<u8> {
+    let (name, level) = match release {
+        None => {
+            let level = kafka::METADATA_VERSION_LATEST_PRODUCTION;
+            (metadata_version_name(level).unwrap_or_default(), level)
+        }
+        Some(name) => match any_metadata_version_level(name) {
+            Some(level) => (name, level),
+            None => bail!(
+                "Unknown release version '{name}'. Supported versions are: {} to {}",
+                metadata_version_name(kafka::METADATA_VERSION_MIN).unwrap_or_default(),
+                metadata_version_name(kafka::METADATA_VERSION_LATEST_PRODUCTION)
+                    .unwrap_or_default()
+            ),
+        },
+    };
+    let levels = kafka::release_levels(level);
+    match output {
+        Output::Text => {
+            let mut out = String::new();
+            for (feature, l) in &levels {
+                if *feature == METADATA_VERSION {
+                    out.push_str(&format!("{feature}={l} ({name})\n"));
+                } else {
+                    out.push_str(&format!("{feature}={l}\n"));
+                }
+            }
+            emit(&out);
+        }
+        Output::Json => {
+            let features: Map<String, Value> = levels
+                .iter()
+                .map(|(f, l)| ((*f).to_owned(), json!(l)))
+                .collect();
+            emit(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(
+                    &json!({"release_version": name, "features": features})
+                )?
+            ));
+        }
+    }
+    Ok(0)
+}
+
+/// `feature-dependencies`: what each named level requires, from Kafka 4.1's
+/// table. Every name is checked before anything is printed.
+fn feature_dependencies(specs: &[String], output: Output) -> Result<u8> {
+    let table = kafka::dependencies();
+    let mut found = Vec::new();
+    for spec in specs {
+        let Some((name, level)) = spec.split_once('=') else {
+            bail!("Can't parse feature=level string {spec}: equals sign not found.");
+        };
+        let level: i16 = level.trim().parse().map_err(|_| {
+            anyhow::anyhow!(
+                "Can't parse feature=level string {spec}: unable to parse {level} as a short."
+            )
+        })?;
+        let name = name.trim();
+        match kafka::defines_level(name, level) {
+            None => bail!("Unknown feature: {name}"),
+            Some(false) if name == METADATA_VERSION => bail!("Unknown metadata.version {level}"),
+            Some(false) => bail!("No feature:{name} with feature level {level}"),
+            Some(true) => {}
+        }
+        let requires: Vec<(String, i16)> = table
+            .requirements(name, level)
+            .into_iter()
+            .map(|r| (r.feature.clone(), r.min_level))
+            .collect();
+        found.push((name.to_owned(), level, requires));
+    }
+    match output {
+        Output::Text => {
+            let mut out = String::new();
+            for (name, level, requires) in &found {
+                let head = with_release_name(name, *level);
+                if requires.is_empty() {
+                    out.push_str(&format!("{head} has no dependencies.\n"));
+                } else {
+                    out.push_str(&format!("{head} requires:\n"));
+                    for (feature, min) in requires {
+                        out.push_str(&format!("    {}\n", with_release_name(feature, *min)));
+                    }
+                }
+            }
+            emit(&out);
+        }
+        Output::Json => {
+            let doc: Vec<Value> = found
+                .iter()
+                .map(|(name, level, requires)| {
+                    let requires: Map<String, Value> = requires
+                        .iter()
+                        .map(|(f, l)| (f.clone(), json!(l)))
+                        .collect();
+                    json!({"feature": name, "level": level, "requires": requires})
+                })
+                .collect();
+            emit(&format!("{}\n", serde_json::to_string_pretty(&doc)?));
+        }
+    }
+    Ok(0)
+}
+
+/// `name=level`, with the release name after a metadata.version level.
+fn with_release_name(name: &str, level: i16) -> String {
+    match any_metadata_version_name(level) {
+        Some(release) if name == METADATA_VERSION => format!("{name}={level} ({release})"),
+        _ => format!("{name}={level}"),
     }
 }
 
@@ -350,6 +664,7 @@ async fn update_features(
     upgrade_type: UpgradeType,
     wanted: BTreeMap<String, i16>,
     args: &UpdateArgs,
+    target: &Target,
 ) -> Result<u8> {
     if wanted.is_empty() {
         bail!("You must specify at least one feature to {}", kind.op());
@@ -359,8 +674,8 @@ async fn update_features(
             bail!("Can not upgrade {name} to {level}: use downgrade or disable to lower a level.");
         }
     }
-    let timeout = Duration::from_secs(args.common.timeout);
-    let current = describe_all(&args.common).await?;
+    let timeout = target.timeout;
+    let current = describe_all(target).await?;
     if kind != Kind::Upgrade && !args.dry_run && !args.yes {
         confirm(kind, &wanted, &current)?;
     }
@@ -368,7 +683,7 @@ async fn update_features(
     // The update goes to the server that answered describe; Kafka brokers forward
     // it to their controller.
     let server = format!("{}:{}", current.host, current.port);
-    let mut client = KafkaClient::connect(&server, timeout).await?;
+    let mut client = target.connect(&server).await?;
     let (_, answer) = client.api_versions().await?;
     let version = negotiate(&answer.apis, ApiKey::UpdateFeatures, 2)
         .with_context(|| format!("{server} does not support UpdateFeatures"))?;
@@ -434,12 +749,12 @@ async fn update_features(
             }
         });
     }
-    match args.common.output {
+    match target.output {
         Output::Text => {
             emit(&lines.iter().map(|l| format!("{l}\n")).collect::<String>());
         }
         Output::Json => {
-            let after = describe_all(&args.common).await?;
+            let after = describe_all(target).await?;
             let mut doc = describe_json(&after, if failures == 0 { "OK" } else { "FAILED" });
             let results: Map<String, Value> = outcome
                 .iter()

@@ -13,8 +13,10 @@ use kafka_protocol::protocol::Encodable;
 use std::time::Duration;
 use tokio_util::codec::Framed;
 
+mod sasl;
 mod stream;
 
+pub use sasl::{SaslCredentials, SaslMechanism};
 pub use stream::{connect, keepalive, Stream};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +31,13 @@ pub enum ClientError {
     Decode { addr: String, source: CodecError },
     #[error("{addr}: {reason}")]
     Protocol { addr: String, reason: String },
+}
+
+/// How a connection is secured: Kafka's `security.protocol` in its two parts.
+#[derive(Debug, Default, Clone)]
+pub struct ClientSecurity {
+    pub tls: Option<std::sync::Arc<crate::tls::ClientTlsMaterial>>,
+    pub sasl: Option<SaslCredentials>,
 }
 
 pub struct KafkaClient {
@@ -50,13 +59,26 @@ pub struct UpdateFeaturesAnswer {
 
 impl KafkaClient {
     pub async fn connect(addr: &str, timeout: Duration) -> Result<KafkaClient, ClientError> {
-        let stream = connect(addr, timeout, None)
+        KafkaClient::connect_secured(addr, timeout, &ClientSecurity::default()).await
+    }
+
+    /// Connects with TLS and authenticates with SASL as `security` says.
+    pub async fn connect_secured(
+        addr: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<KafkaClient, ClientError> {
+        let stream = connect(addr, timeout, security.tls.as_deref())
             .await
             .map_err(|reason| ClientError::Connect {
                 addr: addr.to_owned(),
                 reason,
             })?;
-        Ok(KafkaClient::from_stream(stream, addr, timeout, "kshim-cli"))
+        let mut client = KafkaClient::from_stream(stream, addr, timeout, "kshim-cli");
+        if let Some(credentials) = &security.sasl {
+            client.authenticate(credentials).await?;
+        }
+        Ok(client)
     }
 
     /// A client on an already connected stream.
@@ -107,7 +129,12 @@ impl KafkaClient {
         let addr = self.addr.clone();
         let io = |e: crate::protocol::FrameError| ClientError::Io {
             addr: addr.clone(),
-            reason: e.to_string(),
+            reason: match e {
+                crate::protocol::FrameError::TooLarge { size, .. } if is_tls_record_head(size) => {
+                    TLS_ANSWER.to_owned()
+                }
+                e => e.to_string(),
+            },
         };
         let exchange = async {
             self.framed.send(frame.freeze()).await.map_err(io)?;
@@ -219,60 +246,17 @@ impl KafkaClient {
     }
 }
 
-/// SASL/PLAIN credentials for kshim's own connections to a cluster.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SaslPlain {
-    pub username: String,
-    pub password: String,
-}
+const TLS_ANSWER: &str = "the server answered with a TLS record, not a Kafka response: \
+     it is a TLS listener (connect with security.protocol=SSL or SASL_SSL)";
 
-impl std::fmt::Debug for SaslPlain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SaslPlain({}, <password>)", self.username)
-    }
-}
-
-impl KafkaClient {
-    /// Authenticates this connection with SASL/PLAIN (SaslHandshake v1, then
-    /// SaslAuthenticate v1), as the first thing after connecting.
-    pub async fn authenticate_plain(&mut self, credentials: &SaslPlain) -> Result<(), ClientError> {
-        let addr = self.addr.clone();
-        let protocol = |reason: String| ClientError::Protocol {
-            addr: addr.clone(),
-            reason,
-        };
-        let mut handshake = Vec::new();
-        handshake.extend_from_slice(&5i16.to_be_bytes());
-        handshake.extend_from_slice(b"PLAIN");
-        let raw = self.request(ApiKey::SaslHandshake, 1, &handshake).await?;
-        let code = Reader::new(&raw)
-            .i16("ErrorCode")
-            .map_err(|e| protocol(format!("unreadable SaslHandshake response: {e}")))?;
-        if code != crate::protocol::error_codes::NONE {
-            return Err(protocol(format!(
-                "the broker refused SASL mechanism PLAIN ({})",
-                crate::protocol::error_codes::name(code)
-            )));
-        }
-        let token = format!("\0{}\0{}", credentials.username, credentials.password);
-        let mut auth = Vec::new();
-        auth.extend_from_slice(&(token.len() as i32).to_be_bytes());
-        auth.extend_from_slice(token.as_bytes());
-        let raw = self.request(ApiKey::SaslAuthenticate, 1, &auth).await?;
-        let mut r = Reader::new(&raw);
-        let (code, message) = r
-            .i16("ErrorCode")
-            .and_then(|code| Ok((code, r.nullable_string("ErrorMessage")?.map(str::to_owned))))
-            .map_err(|e| protocol(format!("unreadable SaslAuthenticate response: {e}")))?;
-        if code != crate::protocol::error_codes::NONE {
-            return Err(protocol(format!(
-                "SASL/PLAIN authentication as {} failed: {}",
-                credentials.username,
-                message.unwrap_or_else(|| crate::protocol::error_codes::name(code).to_owned())
-            )));
-        }
-        Ok(())
-    }
+/// Whether the four bytes read as a frame size are the head of a TLS record:
+/// a content type (alert, handshake, ...) and major version 3. A TLS server
+/// answers a plaintext request with an alert, whose head reads as a frame size
+/// of about 350 MB.
+pub fn is_tls_record_head(size: usize) -> bool {
+    let content_type = (size >> 24) & 0xff;
+    let major = (size >> 16) & 0xff;
+    (0x14..=0x17).contains(&content_type) && major == 3
 }
 
 /// The highest version of `api` in `apis` that is at most `ours`.

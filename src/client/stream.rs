@@ -47,7 +47,16 @@ pub async fn connect(
             .connect(name, tcp)
             .await
             .map(|s| Stream::Tls(Box::new(s)))
-            .map_err(|e| format!("TLS handshake failed: {e}"))
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::UnexpectedEof {
+                    format!(
+                        "TLS handshake failed: the server closed the connection ({e}); \
+                         a plaintext listener does that (connect with security.protocol=PLAINTEXT or SASL_PLAINTEXT)"
+                    )
+                } else {
+                    format!("TLS handshake failed: {e}")
+                }
+            })
     };
     tokio::time::timeout(timeout, steps)
         .await

@@ -125,7 +125,7 @@ pub struct UpstreamConfig {
     pub ports: BTreeMap<i32, u16>,
     /// Credentials for kshim's own connections (discovery, forwarded
     /// UpdateFeatures). Client connections carry their clients' own SASL.
-    pub sasl: Option<crate::client::SaslPlain>,
+    pub sasl: Option<crate::client::SaslCredentials>,
     /// `[upstream.tls]`: TLS to the brokers; `None`: plaintext.
     pub tls: Option<crate::tls::UpstreamTls>,
 }

@@ -43,18 +43,25 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> 
         let username = w.string("username");
         let password = w.string("password");
         w.finish();
-        if mechanism != "PLAIN" {
+        let parsed = crate::client::SaslMechanism::parse(&mechanism);
+        if parsed.is_none() {
             errors.push(ConfigError::new(
                 "upstream.sasl.mechanism",
                 format!(
-                    "\"{mechanism}\" is not supported for kshim's own connections (only PLAIN)"
+                    "\"{mechanism}\" is not supported for kshim's own connections \
+                     (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
                 ),
             ));
         }
-        match (username, password) {
-            (Some(username), Some(password)) => {
-                u.sasl = Some(crate::client::SaslPlain { username, password })
+        match (parsed, username, password) {
+            (Some(mechanism), Some(username), Some(password)) => {
+                u.sasl = Some(crate::client::SaslCredentials {
+                    mechanism,
+                    username,
+                    password,
+                })
             }
+            (None, ..) => {}
             _ => errors.push(ConfigError::new(
                 "upstream.sasl",
                 "both username and password are required",

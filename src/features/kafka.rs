@@ -65,6 +65,77 @@ pub fn metadata_changed_between(to: i16, from: i16) -> bool {
         .any(|(level, _, changed)| *level > to && *level <= from && *changed)
 }
 
+/// metadata.version levels Kafka 4.1 defines but does not yet ship as stable:
+/// its tools accept them (`version-mapping`, `--release-version`), its
+/// controllers refuse them unless unstable versions are enabled.
+pub const UNSTABLE_METADATA_VERSIONS: &[(i16, &str)] = &[(28, "4.2-IV0"), (29, "4.2-IV1")];
+
+/// The release name of any metadata.version level Kafka 4.1's tools know,
+/// stable or not.
+pub fn any_metadata_version_name(level: i16) -> Option<&'static str> {
+    metadata_version_name(level).or_else(|| {
+        UNSTABLE_METADATA_VERSIONS
+            .iter()
+            .find(|(l, _)| *l == level)
+            .map(|(_, name)| *name)
+    })
+}
+
+/// The level of a release name, stable or not (Kafka's
+/// `MetadataVersion.fromVersionString` with unstable versions allowed). An
+/// unstable level is only known by its full name: "4.2" names no release yet.
+pub fn any_metadata_version_level(name: &str) -> Option<i16> {
+    metadata_version_level(name).or_else(|| {
+        UNSTABLE_METADATA_VERSIONS
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(l, _)| *l)
+    })
+}
+
+/// The features whose default level follows the release, in the order Kafka's
+/// FeatureCommand prints them, each with the levels it defines and, per level
+/// above 0, the metadata.version from which that level is the release default
+/// (Feature.defaultLevel in Kafka 4.1). A level with no metadata.version is
+/// defined but never a default (transaction.version 1).
+pub const RELEASE_FEATURES: &[(&str, &[(i16, Option<i16>)])] = &[
+    (KRAFT_VERSION, &[(1, Some(21))]),
+    ("transaction.version", &[(1, None), (2, Some(24))]),
+    ("group.version", &[(1, Some(22))]),
+    ("eligible.leader.replicas.version", &[(1, Some(26))]),
+    ("share.version", &[(1, Some(28))]),
+    ("streams.version", &[(1, Some(29))]),
+];
+
+/// What Kafka 4.1 finalizes for the release whose metadata.version is
+/// `metadata_level`: metadata.version first, then each release feature's
+/// default level (0 included), in FeatureCommand's order.
+pub fn release_levels(metadata_level: i16) -> Vec<(&'static str, i16)> {
+    let mut out = vec![(METADATA_VERSION, metadata_level)];
+    for (name, levels) in RELEASE_FEATURES {
+        let level = levels
+            .iter()
+            .filter(|(_, from)| from.is_some_and(|from| metadata_level >= from))
+            .map(|(level, _)| *level)
+            .max()
+            .unwrap_or(0);
+        out.push((name, level));
+    }
+    out
+}
+
+/// Whether Kafka 4.1 defines `level` of the release feature or metadata.version
+/// `name`: `None` when it does not know the feature at all.
+pub fn defines_level(name: &str, level: i16) -> Option<bool> {
+    if name == METADATA_VERSION {
+        return Some(any_metadata_version_name(level).is_some());
+    }
+    RELEASE_FEATURES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, levels)| level == 0 || levels.iter().any(|(l, _)| *l == level))
+}
+
 /// Every feature name Apache Kafka 4.x defines (org.apache.kafka.server.common.Feature,
 /// metadata.version and kraft.version). In front of a cluster these are the
 /// upstream's: kshim never finalizes them itself unless configured to.

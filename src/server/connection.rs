@@ -110,6 +110,7 @@ pub(super) async fn run<S>(
         link: None,
         reservation: Reservation::new(&limits.budget),
         queued_held: 0,
+        upstream_ended: None,
         reading: true,
         last_activity: Instant::now(),
         timer: Box::pin(tokio::time::sleep(limits.idle_timeout)),
@@ -160,6 +161,10 @@ struct Connection<'a, S> {
     timer: Pin<Box<Sleep>>,
     limits: &'a Limits,
     session: Session,
+    /// Why the upstream connection ended. The answers it gave before it went
+    /// (a broker sends its SASL failure, then closes) are delivered first; the
+    /// connection closes once they are written.
+    upstream_ended: Option<String>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
@@ -168,8 +173,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     fn poll_serve(&mut self, cx: &mut TaskContext<'_>) -> Poll<String> {
         loop {
             let mut progress = false;
-            if let Err(why) = self.poll_upstream(cx, &mut progress) {
-                return Poll::Ready(why);
+            if self.upstream_ended.is_none() {
+                if let Err(why) = self.poll_upstream(cx, &mut progress) {
+                    self.upstream_ended = Some(why);
+                }
             }
             self.poll_laters(cx, &mut progress);
             if let Some(why) = self.take_replies(&mut progress) {
@@ -183,6 +190,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     progress = true;
                 }
                 _ => {}
+            }
+            if let Some(why) = &self.upstream_ended {
+                if self.out.is_empty() {
+                    return Poll::Ready(why.clone());
+                }
             }
             if let Err(why) = self.poll_requests(cx, &mut progress) {
                 return Poll::Ready(why);

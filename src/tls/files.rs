@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// The bytes of a regular file of at most `MAX_FILE_BYTES`.
-pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+pub fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
     let file =
         std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let meta = file

@@ -16,7 +16,7 @@ pub mod principal;
 pub mod server;
 
 pub use client::ClientTlsMaterial;
-pub(crate) use files::read_bounded;
+pub use files::read_bounded;
 pub use server::TlsMaterial;
 
 use crate::config::Secret;

@@ -415,7 +415,7 @@ pub(crate) async fn control_connection(
     let mut client = KafkaClient::from_stream(stream, &target, link.connect_timeout, CLIENT_ID);
     if let Some(credentials) = &link.sasl {
         client
-            .authenticate_plain(credentials)
+            .authenticate(credentials)
             .await
             .map_err(|e| broken(&target, e))?;
     }

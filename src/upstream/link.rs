@@ -8,7 +8,7 @@
 //! upstream from answering the wrong request.
 
 use super::UpstreamError;
-use crate::client::{SaslPlain, Stream};
+use crate::client::{SaslCredentials, Stream};
 use crate::framing::{FrameReader, Outbox};
 use crate::protocol::Reader;
 use crate::tls::ClientTlsCell;
@@ -34,7 +34,7 @@ pub struct LinkSettings {
     /// `None`: plaintext.
     pub tls: Option<Arc<ClientTlsCell>>,
     /// For discovery, audits and forwarded UpdateFeatures.
-    pub sasl: Option<SaslPlain>,
+    pub sasl: Option<SaslCredentials>,
 }
 
 /// Outbox tags: whether a queued request waits for a response.

@@ -3,7 +3,7 @@
 types, duplicates, out-of-range levels, validate-only) sent to a real Kafka 4.1.1 broker
 and to a standalone kshim that starts from the broker's supported ranges and finalized
 levels. examples/differential.rs does the comparing; the deliberate divergences it
-tolerates are listed in the README."""
+tolerates are listed in docs/compatibility.md ("Deliberate differences from Kafka 4.1.1")."""
 
 import json
 import re

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import subprocess
 
 import pytest
 
@@ -624,3 +625,51 @@ def test_feature_command_kshim_matches_broker(broker_transcript, kshim_factory):
             )
             mismatches.append(diff)
     assert not mismatches, "kafka-features.sh output differs (Epoch masked):\n" + "\n\n".join(mismatches)
+
+
+def run_kshim_transcript(binary, bootstrap: str) -> list[tuple[list[str], int, str, str]]:
+    """The transcript with `kshim features` in place of kafka-features.sh (`--yes`: kshim asks
+    before lowering a level when it runs on a terminal; Kafka's tool never asks)."""
+    out = []
+    for args, *_ in TRANSCRIPT:
+        extra = ["--yes"] if args[0] in ("downgrade", "disable") else []
+        cp = subprocess.run([str(binary), "features", "--bootstrap-server", bootstrap, *args, *extra],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        out.append((args, cp.returncode, mask(cp.stdout), cp.stderr.replace("kshim: ", "")))
+    return out
+
+
+def test_kshim_features_prints_what_kafka_features_prints(broker_transcript, kshim_factory, kshim_binary):
+    """kshim's own CLI runs the operator session against a kshim started at the broker's state
+    and prints, line for line, what kafka-features.sh printed against the broker."""
+    start, broker_steps = broker_transcript
+    proc = kshim_factory(ke.kshim_feature_config(levels(start), ranges(start)))
+    steps = run_kshim_transcript(kshim_binary, proc.bootstrap)
+    mismatches = [
+        "\n".join(difflib.unified_diff(_fmt(b).splitlines(), _fmt(k).splitlines(), "kafka-features.sh",
+                                        "kshim features", lineterm=""))
+        for b, k in zip(broker_steps, steps) if b[1:] != k[1:]
+    ]
+    assert not mismatches, "kshim features differs from kafka-features.sh (Epoch masked):\n" + "\n\n".join(mismatches)
+
+
+# Each leaves the broker as it is: refusals by the tool, and dry runs.
+RELEASE_STEPS = [
+    ["upgrade", "--release-version", "4.9"],
+    ["upgrade", "--release-version", "4.1", "--feature", "group.version=1"],
+    ["upgrade", "--release-version", "4.0", "--dry-run"],
+    ["downgrade", "--release-version", "4.0", "--dry-run"],
+    ["upgrade", "--release-version", "4.2-IV0", "--dry-run"],
+    ["upgrade", "--metadata", "4.1-IV1", "--dry-run"],
+]
+
+
+def test_kshim_features_release_version_against_the_broker(kafka_broker, kshim_binary):
+    """--release-version on both tools against the shared broker (dry runs and refusals only:
+    the broker's state does not change)."""
+    for args in RELEASE_STEPS:
+        theirs = ke.run_feature_command(kafka_broker.bootstrap, *args)
+        cp = subprocess.run([str(kshim_binary), "features", "--bootstrap-server", kafka_broker.bootstrap, *args],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        ours = (cp.returncode, cp.stdout, cp.stderr.replace("kshim: ", ""))
+        assert ours == theirs, f"{args}:\nkshim features: {ours}\nkafka-features.sh: {theirs}"

@@ -31,6 +31,7 @@ JAAS = (
     'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";'
 )
 SCRAM_USER = ("carol", "carol-secret")
+SCRAM_512_USER = ("dave", "dave-secret")
 FEATURE = "acme.widgets"
 
 CLIENT = r"""
@@ -68,13 +69,18 @@ def sasl_broker(kafka_jars):
             "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT,REPLICATION:PLAINTEXT",
             "inter.broker.listener.name": "REPLICATION",
         },
-        format_args=["--add-scram", f"SCRAM-SHA-256=[name={SCRAM_USER[0]},password={SCRAM_USER[1]}]"],
+        format_args=[
+            "--add-scram", f"SCRAM-SHA-256=[name={SCRAM_USER[0]},password={SCRAM_USER[1]}]",
+            "--add-scram", f"SCRAM-SHA-512=[name={SCRAM_512_USER[0]},password={SCRAM_512_USER[1]}]",
+        ],
         extra_properties={
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             # Re-authentication (KIP-368) allowed; ten minutes, so no client here is made to.
             "connections.max.reauth.ms": "600000",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
             "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         },
     )
@@ -388,3 +394,125 @@ def test_alice_herself_is_still_authorized(guarded):
     assert update_features_answer(raw) == 0
     raw.close()
     assert level_of(guarded.bootstrap) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# kshim features over TLS and SASL, beside kafka-features.sh with the same --command-config
+
+
+EPOCH = re.compile(r"Epoch: \d+")
+
+
+def command_config(path, protocol: str, mechanism: str | None = None, user: tuple[str, str] | None = None,
+                   trust: str = "", extra: str = ""):
+    module = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+              "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+              "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+    lines = [f"security.protocol={protocol}", trust]
+    if mechanism:
+        lines += [f"sasl.mechanism={mechanism}",
+                  f'sasl.jaas.config={module[mechanism]} required username="{user[0]}" password="{user[1]}";']
+    path.write_text("\n".join(lines) + "\n" + extra)
+    return path
+
+
+def kshim_features(binary, bootstrap: str, *args, config=None):
+    cmd = [str(binary), "features", "--bootstrap-server", bootstrap]
+    if config is not None:
+        cmd += ["--command-config", str(config)]
+    cp = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return cp.returncode, cp.stdout, cp.stderr.replace("kshim: ", "")
+
+
+def both_tools(binary, bootstrap: str, config, *args):
+    ours = kshim_features(binary, bootstrap, *args, config=config)
+    theirs = kafka_env.run_feature_command(bootstrap, *args, command_config=config)
+    mask = lambda r: (r[0], EPOCH.sub("Epoch: <N>", r[1]), r[2])  # noqa: E731
+    return mask(ours), mask(theirs)
+
+
+@pytest.fixture(scope="module")
+def tls_sasl_proxy(sasl_broker, kshim_binary, tmp_path_factory):
+    """kshim with TLS on its listeners in front of the SASL broker; its own connections use
+    SCRAM-SHA-512; only User:admin may change features."""
+    import tls_support
+
+    certs = tls_support.make_certs(tmp_path_factory.mktemp("certs"))
+    proc = kafka_env.KshimProcess(
+        f"""
+[upstream]
+bootstrap = "{sasl_broker.bootstrap}"
+refresh_interval_ms = 1000
+[upstream.listeners]
+port_base = 0
+[upstream.sasl]
+mechanism = "SCRAM-SHA-512"
+username = "{SCRAM_512_USER[0]}"
+password = "{SCRAM_512_USER[1]}"
+[authorization]
+alter_cluster = ["User:admin"]
+"""
+        + tls_support.tls_table(certs),
+        binary=kshim_binary,
+    )
+    kafka_env.start_or_fail(proc)
+    yield proc, certs
+    proc.cleanup()
+
+
+def test_kshim_features_over_tls_and_sasl_prints_what_kafka_features_prints(tls_sasl_proxy, kshim_binary,
+                                                                               tmp_path):
+    import tls_support
+
+    proc, certs = tls_sasl_proxy
+    # kshim found the cluster through its own SCRAM-SHA-512 connection.
+    kafka_env.wait_until(lambda: "broker 1 (" in proc.log_path.read_text(), 30, "kshim discovered the cluster")
+    pem = f"ssl.truststore.location={certs.ca}\nssl.truststore.type=PEM"
+    p12 = f"ssl.truststore.location={certs.truststore}\nssl.truststore.password={tls_support.STORE_PASSWORD}"
+    admin = command_config(tmp_path / "admin.properties", "SASL_SSL", "PLAIN", ("admin", "admin-secret"), pem)
+    carol = command_config(tmp_path / "carol.properties", "SASL_SSL", "SCRAM-SHA-256", SCRAM_USER, p12)
+    dave = command_config(tmp_path / "dave.properties", "SASL_SSL", "SCRAM-SHA-512", SCRAM_512_USER, pem)
+
+    for config, args in [
+        (admin, ["describe"]),
+        (carol, ["describe"]),
+        (dave, ["describe"]),
+        (admin, ["upgrade", "--release-version", "4.1", "--dry-run"]),
+        (admin, ["downgrade", "--feature", "metadata.version=22", "--dry-run"]),
+        # Only User:admin may: carol is refused by kshim, in Kafka's words.
+        (carol, ["upgrade", "--feature", "group.version=1", "--dry-run"]),
+        (dave, ["disable", "--feature", "group.version", "--dry-run"]),
+    ]:
+        ours, theirs = both_tools(kshim_binary, proc.bootstrap, config, *args)
+        assert ours == theirs, f"{config.name} {args}:\nkshim features: {ours}\nkafka-features.sh: {theirs}"
+    # The refusal is really a refusal, not an empty success.
+    rc, out, _ = kshim_features(kshim_binary, proc.bootstrap, "upgrade", "--feature", "group.version=1",
+                                "--dry-run", config=carol)
+    assert rc == 1 and "Can not upgrade group.version to 1. " in out and "User:carol needs ALTER permission" in out, out
+
+
+def test_kshim_features_says_what_is_wrong_with_the_connection(tls_sasl_proxy, sasl_broker, kshim_binary, tmp_path):
+    proc, certs = tls_sasl_proxy
+    pem = f"ssl.truststore.location={certs.ca}\nssl.truststore.type=PEM"
+    # Plaintext to a TLS listener: named as such, not as a 350 MB frame.
+    for config in [None, command_config(tmp_path / "plain.properties", "SASL_PLAINTEXT", "PLAIN",
+                                        ("admin", "admin-secret"))]:
+        rc, out, err = kshim_features(kshim_binary, proc.bootstrap, "describe", config=config)
+        assert rc == 1 and "answered with a TLS record" in err and "security.protocol=SSL" in err, err
+        assert "frame size" not in err, err
+    # TLS to a plaintext listener.
+    ssl_config = command_config(tmp_path / "ssl.properties", "SASL_SSL", "PLAIN", ("admin", "admin-secret"), pem)
+    rc, out, err = kshim_features(kshim_binary, sasl_broker.bootstrap, "describe", config=ssl_config)
+    assert rc == 1 and "TLS handshake failed" in err and "plaintext listener" in err, err
+    # A wrong password, for each mechanism: the broker's own reason, with who and how.
+    for mechanism, user in [("PLAIN", ("admin", "nope")), ("SCRAM-SHA-256", (SCRAM_USER[0], "nope")),
+                            ("SCRAM-SHA-512", (SCRAM_512_USER[0], "nope"))]:
+        config = command_config(tmp_path / "bad.properties", "SASL_SSL", mechanism, user, pem)
+        rc, out, err = kshim_features(kshim_binary, proc.bootstrap, "describe", config=config)
+        assert rc == 1 and f"SASL/{mechanism} authentication as {user[0]} failed" in err, err
+        assert "invalid credentials" in err.lower() or "authentication failed" in err.lower(), err
+    # A mechanism the broker does not enable: the list it does.
+    config = command_config(tmp_path / "gss.properties", "SASL_SSL", "PLAIN", ("admin", "admin-secret"), pem,
+                            extra="sasl.kerberos.service.name=kafka\n")
+    rc, _, err = kshim_features(kshim_binary, proc.bootstrap, "describe", config=config)
+    assert rc == 1 and "sasl.kerberos.service.name: kshim does not support it" in err, err
