@@ -68,3 +68,115 @@ fn a_misspelt_log_level_is_a_config_error() {
         "{stderr}"
     );
 }
+
+fn config_check(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kshim"))
+        .args(["config", "check"])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("kshim runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_check_needs_something_to_check() {
+    let (code, stdout, stderr) = config_check(&[], &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("nothing to check"), "{stderr}");
+}
+
+/// `config check` refuses what `kshim serve` would refuse: unresolved
+/// placeholders, TLS files that are missing or do not match, cross-key rules,
+/// policies that do not compile. Each problem is named by its key.
+#[test]
+fn config_check_refuses_what_serve_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let a = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let b = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = write("a.pem", &a.cert.pem());
+    let key = write("a.key", &a.key_pair.serialize_pem());
+    let other_key = write("b.key", &b.key_pair.serialize_pem());
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+
+    let valid = write(
+        "valid.toml",
+        &format!(
+            "data_dir = \"{data}\"\n[tls]\ncertificate = \"{cert}\"\nkey = \"{key}\"\n\
+             [admin]\ntoken = \"${{env:KSHIM_CHECK_TOKEN}}\"\n"
+        ),
+    );
+    let (code, stdout, stderr) = config_check(&["--config", &valid], &[("KSHIM_CHECK_TOKEN", "t")]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("the configuration is valid"), "{stdout}");
+
+    for (name, text, env, wanted) in [
+        (
+            "placeholder",
+            format!(
+                "data_dir = \"{data}\"\n[admin]\ntoken = \"${{env:KSHIM_CHECK_UNSET_VARIABLE}}\"\n"
+            ),
+            vec![],
+            "admin.token",
+        ),
+        (
+            "missing certificate",
+            format!(
+                "data_dir = \"{data}\"\n[tls]\ncertificate = \"{}/nope.pem\"\nkey = \"{key}\"\n",
+                dir.path().display()
+            ),
+            vec![],
+            "tls.certificate",
+        ),
+        (
+            "key of another certificate",
+            format!(
+                "data_dir = \"{data}\"\n[tls]\ncertificate = \"{cert}\"\nkey = \"{other_key}\"\n"
+            ),
+            vec![],
+            "tls.",
+        ),
+        (
+            "wildcard listen",
+            format!("data_dir = \"{data}\"\nlisten = \"0.0.0.0:19092\"\n"),
+            vec![],
+            "listen: 0.0.0.0:19092 listens on every address",
+        ),
+        (
+            "cluster without upstream",
+            format!("data_dir = \"{data}\"\n[cluster]\nid = \"orders\"\ninstance_id = \"a\"\n"),
+            vec![],
+            "[upstream] (or --upstream) is required",
+        ),
+        (
+            "policy that does not compile",
+            format!("data_dir = \"{data}\"\n[policy.create_topic]\ndenied_names = [\"(\"]\n"),
+            vec![],
+            "policy.create_topic.denied_names",
+        ),
+    ] {
+        let path = write(&format!("{}.toml", name.replace(' ', "-")), &text);
+        let env: Vec<(&str, &str)> = env;
+        let (code, stdout, stderr) = config_check(&["--config", &path], &env);
+        assert_eq!(code, 2, "{name}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(wanted),
+            "{name}: wanted {wanted:?} in {stderr}"
+        );
+        assert!(
+            stderr.contains("kshim serve would refuse this config"),
+            "{name}: {stderr}"
+        );
+        assert!(!stdout.contains("is valid"), "{name}: {stdout}");
+    }
+}

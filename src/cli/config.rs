@@ -1,11 +1,14 @@
-//! `kshim config check`: checks a kshim config file, and a broker's properties
-//! file against the config validators in force at given feature levels, before
-//! anything is started (the seed's format-time validation).
+//! `kshim config check`: checks a kshim config file as `kshim serve` would, short
+//! of binding ports and opening the data directory (placeholders resolved, every
+//! TLS file read and each key matched to its certificate, policies compiled),
+//! and a broker's properties file against the config validators in force at
+//! given feature levels (format-time validation, before anything is started).
 
 use anyhow::{bail, Context as _, Result};
-use kshim::config::Config;
+use kshim::config::{Config, ConfigSource};
 use kshim::features::kafka::{metadata_version_level, METADATA_VERSION};
 use kshim::policy::properties;
+use kshim::tls::{ClientTlsMaterial, TlsMaterial};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -38,6 +41,46 @@ struct CheckArgs {
     features: Vec<String>,
 }
 
+/// Loads the config as `kshim serve` does (placeholders, command-line defaults,
+/// cross-key checks) and builds its TLS material; every problem at once.
+fn serve_would_accept(path: &std::path::Path) -> Result<Config, Vec<String>> {
+    let source = ConfigSource {
+        file: Some(path.to_owned()),
+        ..ConfigSource::default()
+    };
+    let loaded = source
+        .load()
+        .map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    let config = loaded.config;
+    let mut problems = Vec::new();
+    if let Some(settings) = &config.tls {
+        if let Err(e) = TlsMaterial::build("tls", settings) {
+            problems.push(e.to_string());
+        }
+    }
+    if let Some(settings) = config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
+        if let Err(e) = TlsMaterial::build("admin.tls", settings) {
+            problems.push(e.to_string());
+        }
+    }
+    if let Some(settings) = config.upstream.as_ref().and_then(|u| u.tls.as_ref()) {
+        if let Err(e) = ClientTlsMaterial::build("upstream.tls", settings) {
+            problems.push(e.to_string());
+        }
+    }
+    if config.data_dir.exists() && !config.data_dir.is_dir() {
+        problems.push(format!(
+            "data_dir: {} exists and is not a directory",
+            config.data_dir.display()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(problems)
+    }
+}
+
 /// Runs the subcommand; the exit code is the result.
 pub fn run(args: ConfigArgs) -> Result<u8> {
     match args.command {
@@ -52,18 +95,27 @@ const VIOLATIONS: u8 = 1;
 const UNUSABLE_INPUT: u8 = 2;
 
 fn check(args: CheckArgs) -> Result<u8> {
+    if args.config.is_none() && args.file.is_none() {
+        bail!(
+            "nothing to check: give --config FILE (a kshim config) and/or --file FILE \
+             (a broker's properties, checked against the validators)"
+        );
+    }
     let config = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            match Config::from_toml(&text) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprint!("{}: {e}", path.display());
-                    return Ok(UNUSABLE_INPUT);
+        Some(path) => match serve_would_accept(path) {
+            Ok(config) => config,
+            Err(problems) => {
+                for p in &problems {
+                    eprintln!("{}: {p}", path.display());
                 }
+                eprintln!(
+                    "{}: {} problem(s); kshim serve would refuse this config",
+                    path.display(),
+                    problems.len()
+                );
+                return Ok(UNUSABLE_INPUT);
             }
-        }
+        },
         None => Config::default(),
     };
     let mut levels = BTreeMap::new();
