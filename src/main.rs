@@ -93,14 +93,16 @@ fn init_logging(command: &Command) -> kshim::service::LogControl {
         .unwrap_or_else(|| default_filter(command).to_owned());
     let (filter, handle) =
         tracing_subscriber::reload::Layer::new(EnvFilter::new(startup_filter.as_str()));
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(colour()),
-        )
-        .init();
+    let json = matches!(command, Command::Serve(args) if args.log_json());
+    let registry = tracing_subscriber::registry().with(filter);
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    if json {
+        // One object per line: the span fields (peer, principal, client software)
+        // appear under "span" and "spans".
+        registry.with(lines.json()).init();
+    } else {
+        registry.with(lines.with_ansi(colour())).init();
+    }
     kshim::service::LogControl {
         set: std::sync::Arc::new(move |text: &str| {
             let next = EnvFilter::builder()

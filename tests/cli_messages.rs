@@ -180,3 +180,34 @@ fn config_check_refuses_what_serve_would_refuse() {
         assert!(!stdout.contains("is valid"), "{name}: {stdout}");
     }
 }
+
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kshim.toml");
+    std::fs::write(&config, "[log]\nformat = \"json\"\n").unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = serve(&["--config", config.to_str().unwrap(), "--listen", &addr]);
+    assert_eq!(code, 1, "{stderr}");
+    let logged: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("kshim: "))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(!logged.is_empty(), "{stderr}");
+    assert!(
+        logged
+            .iter()
+            .all(|v| v["level"].is_string() && v["fields"]["message"].is_string()),
+        "{stderr}"
+    );
+
+    std::fs::write(&config, "[log]\nformat = \"yaml\"\n").unwrap();
+    let (code, stderr) = serve(&["--config", config.to_str().unwrap(), "--listen", &addr]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("log.format: \"yaml\": expected \"text\" or \"json\""),
+        "{stderr}"
+    );
+}

@@ -132,9 +132,10 @@ type Shared = Arc<AdminState>;
 
 /// Every route and its methods. `docs/admin-api.openapi.json` documents the same
 /// set; a test holds the router, this table and the document together.
-pub const ROUTES: [(&str, &[&str]); 12] = [
+pub const ROUTES: [(&str, &[&str]); 13] = [
     ("/admin/cluster", &["get"]),
     ("/healthz", &["get"]),
+    ("/livez", &["get"]),
     ("/readyz", &["get"]),
     ("/metrics", &["get"]),
     ("/admin/features", &["get"]),
@@ -151,6 +152,7 @@ pub const ROUTES: [(&str, &[&str]); 12] = [
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/livez", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/admin/features", get(features))
@@ -238,29 +240,29 @@ async fn healthz() -> Json<Value> {
 }
 
 /// Ready once the store is loaded (it is, or kshim would not be serving) and,
-/// in front of a cluster, the cluster has been seen.
+/// in front of a cluster, while the cluster answers: a kshim whose upstream is
+/// gone cannot serve clients, so a load balancer should send them elsewhere.
+/// `/livez` (and `/healthz`) stay up meanwhile: nothing a restart would fix.
 async fn readyz(State(state): State<Shared>) -> Response {
     let mut checks = Map::new();
     checks.insert("store".into(), json!("loaded"));
     let mut ready = true;
     if let Some(upstream) = &state.context.upstream {
         let view = upstream.view();
-        if view.live.is_empty() {
-            ready = false;
-            checks.insert(
-                "upstream".into(),
-                json!("no upstream broker has answered yet"),
-            );
+        let (answered, _) = upstream.refreshes();
+        let state = if answered == 0 {
+            "no upstream broker has answered yet".to_owned()
+        } else if !upstream.reachable() {
+            "the upstream stopped answering; kshim keeps retrying".to_owned()
         } else {
-            checks.insert(
-                "upstream".into(),
-                json!(format!(
-                    "{} broker(s) known, {} answering",
-                    view.brokers.len(),
-                    view.live.len()
-                )),
-            );
-        }
+            format!(
+                "{} broker(s) known, {} answering",
+                view.brokers.len(),
+                view.live.len()
+            )
+        };
+        ready &= upstream.reachable() && !view.live.is_empty();
+        checks.insert("upstream".into(), json!(state));
         checks.insert("upstream_reachable".into(), json!(upstream.reachable()));
     }
     if let Some(node) = state.context.controller.cluster() {

@@ -30,6 +30,22 @@ pub struct ServeArgs {
     upstream: Option<String>,
 }
 
+impl ServeArgs {
+    /// Whether the config file asks for JSON logs (`[log] format = "json"`).
+    /// Logging starts before the config is loaded, so only this key is read
+    /// here; a file that cannot be read is reported by the full load.
+    pub fn log_json(&self) -> bool {
+        let Some(path) = &self.config else {
+            return false;
+        };
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .and_then(|doc| doc.get("log")?.get("format")?.as_str().map(|f| f == "json"))
+            .unwrap_or(false)
+    }
+}
+
 pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
     let source = ConfigSource {
         file: args.config.clone(),

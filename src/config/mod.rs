@@ -70,6 +70,8 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// `[log] level`; `None`: `RUST_LOG`, else `info`.
     pub log_level: Option<String>,
+    /// `[log] format = "json"`: one JSON object per line instead of text.
+    pub log_json: bool,
     /// `[config_providers] file_allowed_paths`.
     pub file_allowed_paths: Vec<PathBuf>,
     /// `[census]`: the client census.
@@ -178,6 +180,7 @@ impl Default for Config {
             tls: None,
             admin: None,
             log_level: None,
+            log_json: false,
             file_allowed_paths: Vec::new(),
             census: crate::census::CensusConfig::default(),
             lab: Vec::new(),
@@ -538,7 +541,7 @@ impl Config {
                 c.admin = Some(operations::parse_admin(t, &mut errors));
             }
             if let Some(t) = log {
-                c.log_level = operations::parse_log(t, &mut errors);
+                (c.log_level, c.log_json) = operations::parse_log(t, &mut errors);
             }
             if let Some(t) = providers {
                 c.file_allowed_paths = operations::parse_providers(t, &mut errors);

@@ -82,11 +82,24 @@ pub(super) fn parse_admin(t: &toml::Table, errors: &mut Vec<ConfigError>) -> Adm
     a
 }
 
-/// `[log] level`: a filter in `RUST_LOG` syntax, such as `info,kshim::upstream=debug`.
-pub(super) fn parse_log(t: &toml::Table, errors: &mut Vec<ConfigError>) -> Option<String> {
+/// `[log] level`: a filter in `RUST_LOG` syntax, such as `info,kshim::upstream=debug`;
+/// `format`: `"text"` (the default) or `"json"`.
+pub(super) fn parse_log(t: &toml::Table, errors: &mut Vec<ConfigError>) -> (Option<String>, bool) {
     let mut w = walker("log", t, errors);
     let level = w.string("level");
+    let format = w.string("format");
     w.finish();
+    let json = match format.as_deref() {
+        None | Some("text") => false,
+        Some("json") => true,
+        Some(other) => {
+            errors.push(ConfigError::new(
+                "log.format",
+                format!("\"{other}\": expected \"text\" or \"json\""),
+            ));
+            false
+        }
+    };
     if let Some(l) = &level {
         if let Err(e) = check_log_filter(l) {
             errors.push(ConfigError::new(
@@ -95,7 +108,7 @@ pub(super) fn parse_log(t: &toml::Table, errors: &mut Vec<ConfigError>) -> Optio
             ));
         }
     }
-    level
+    (level, json)
 }
 
 /// Whether `filter` reads as a `RUST_LOG`-style filter.

@@ -220,7 +220,7 @@ pub(super) fn judge_resources<R>(
             }),
             Some(refusal) => {
                 let message = refusal.message();
-                tracing::debug!(resource = name.as_str(), "{api:?}: refused: {message}");
+                tracing::info!(resource = name.as_str(), "{api:?} refused: {message}");
                 // AlterConfigs and IncrementalAlterConfigs share the result layout:
                 // classic in AlterConfigs v0-v1 and IncrementalAlterConfigs v0,
                 // flexible in AlterConfigs v2 and IncrementalAlterConfigs v1.

@@ -59,7 +59,7 @@ pub fn handle(
                 slots.push(Slot::Theirs(ResultKey::Topic(name.to_owned())));
             }
             Some(refusal) => {
-                tracing::debug!(topic = name, "CreateTopics: refused: {}", refusal.message());
+                tracing::info!(topic = name, "CreateTopics refused: {}", refusal.message());
                 slots.push(Slot::Ours(refused_entry(topic, &refusal, version)?));
             }
         }

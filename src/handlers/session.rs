@@ -21,6 +21,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// CreateTopics, AlterConfigs, IncrementalAlterConfigs and UpdateFeatures.
+fn refusable(api_key: i16) -> bool {
+    [
+        ApiKey::CreateTopics,
+        ApiKey::AlterConfigs,
+        ApiKey::IncrementalAlterConfigs,
+        ApiKey::UpdateFeatures,
+    ]
+    .iter()
+    .any(|a| *a as i16 == api_key)
+}
+
+/// Clients that connect before any upstream broker has answered: one log line
+/// a minute for all of them.
+static NO_UPSTREAM_YET: crate::upstream::link::FailureLog =
+    crate::upstream::link::FailureLog::new(Duration::from_secs(60));
+
 pub struct Session {
     ctx: Arc<Context>,
     /// Replaced when the client authenticates with SASL through kshim.
@@ -201,6 +218,7 @@ impl Session {
             self.software.clone_from(&request.software);
             self.identified();
         }
+        self.note_without_upstream();
         if !self.lab.is_empty() {
             let api = ApiKey::ApiVersions as i16;
             if let Some(answer) = self.lab_error(api, version, request.correlation_id) {
@@ -218,6 +236,38 @@ impl Session {
                 self.counted_api_versions(version, read_at, None);
                 Err::<Bytes, _>(e).into()
             }
+        }
+    }
+
+    /// In front of a cluster that has never answered, kshim knows no API
+    /// versions but its own: it serves the feature state it keeps at once (a
+    /// kshim cluster member must), but a client that needs more will report
+    /// the missing APIs as unsupported by the broker. kshim's log says why, once
+    /// a minute with the count of clients meanwhile.
+    fn note_without_upstream(&self) {
+        let Some(upstream) = self.ctx.upstream.as_ref() else {
+            return;
+        };
+        if upstream.refreshes().0 > 0 {
+            return;
+        }
+        if let Some(repeats) = NO_UPSTREAM_YET.admit("no upstream", Instant::now()) {
+            tracing::warn!(
+                peer = %self.peer.addr,
+                software = %self.software_label(),
+                clients_since_last_line = repeats,
+                "a client connected while no upstream broker has answered yet: it is offered only \
+                 the APIs kshim answers itself, and will report the others (Metadata, Produce, ...) \
+                 as not supported by the broker until the upstream answers"
+            );
+        }
+    }
+
+    /// The client software as logs name it: NAME/VERSION, or "unknown".
+    fn software_label(&self) -> String {
+        match &self.software {
+            Some(s) => format!("{}/{}", s.name, s.version),
+            None => "unknown".to_owned(),
         }
     }
 
@@ -239,12 +289,31 @@ impl Session {
                 }
             }
         }
-        match dispatch(&self.ctx, &self.peer, frame) {
-            Action::Forward(mut fw) if reads_sasl => {
+        // The requests kshim may refuse on a policy or for want of ALTER: what the
+        // handlers log of them carries who asked, from where and with what
+        // software. Only these few APIs pay for the span.
+        let span = refusable(api_key).then(|| {
+            tracing::info_span!(
+                "client",
+                peer = %self.peer.addr,
+                principal = %self.peer.principal,
+                software = %self.software_label()
+            )
+        });
+        let action = match &span {
+            Some(span) => span.in_scope(|| dispatch(&self.ctx, &self.peer, frame)),
+            None => dispatch(&self.ctx, &self.peer, frame),
+        };
+        match (action, span) {
+            (Action::Forward(mut fw), _) if reads_sasl => {
                 fw.then.after = AfterResponse::ReadSasl;
                 Action::Forward(fw)
             }
-            action => action,
+            (Action::Later(answer), Some(span)) => {
+                use tracing::Instrument as _;
+                Action::Later(Box::pin(answer.instrument(span)))
+            }
+            (action, _) => action,
         }
     }
 

@@ -134,8 +134,9 @@ pub struct Validation {
 
 /// Keys whose changes need a restart, with everything below them. A dynamic
 /// component's keys are claimed first; these catch the rest.
-const RESTART_KEYS: [&str; 20] = [
+const RESTART_KEYS: [&str; 21] = [
     "listen",
+    "log.format",
     "cluster",
     "advertised_listener",
     "data_dir",
@@ -182,8 +183,9 @@ fn upstream_rest(c: &Config) -> Option<crate::config::UpstreamConfig> {
 }
 
 /// Each restart-only setting, by the name the change reports.
-fn restart_checks() -> [(&'static str, Same); 25] {
+fn restart_checks() -> [(&'static str, Same); 26] {
     [
+        ("log.format", |a, b| a.log_json == b.log_json),
         ("cluster", |a, b| a.cluster == b.cluster),
         ("listen", |a, b| a.listen == b.listen),
         ("advertised_listener", |a, b| {

@@ -461,6 +461,13 @@ def test_batch_create_through_kshim(broker, proxy):
     assert set(valid) <= on_broker, f"valid topics missing on the broker: {set(valid) - on_broker}"
     assert not refused & on_broker, f"refused topics reached the broker: {refused & on_broker}"
     assert not refused & via_kshim
+    # Each refusal is logged at info with who asked, from where, with what client software.
+    log = [line for line in proxy.log_path.read_text().splitlines() if "CreateTopics refused" in line]
+    for name in refused:
+        lines = [line for line in log if f"topic={name}" in line or f'topic="{name}"' in line]
+        assert lines, f"no log line for the refusal of {name}: {log[-5:]}"
+        assert all(" INFO " in line and "principal=User:ANONYMOUS" in line and "peer=127.0.0.1:" in line
+                   and "software=" in line for line in lines), lines
 
     d = describe_direct(broker, [f"topic:ok-b-{u}", f"topic:ok-c-{u}"])
     assert dynamic(d, f"topic:ok-b-{u}") == {"retention.ms": "3600000", "cleanup.policy": "compact,delete"}

@@ -123,8 +123,9 @@ async fn run(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<(Bytes, bool), 
             break outcome;
         }
     } else {
-        // Security-relevant, so logged above the other client-caused refusals.
-        tracing::info!(principal = %peer.principal, peer = %peer.addr, "UpdateFeatures refused: no ALTER on CLUSTER");
+        // Security-relevant, so logged above the other client-caused refusals;
+        // the session's span names the peer, principal and client software.
+        tracing::info!("UpdateFeatures refused: no ALTER on CLUSTER");
         Outcome::Decided(Err(UpdateRejection::new(
             Reason::NotAuthorized,
             format!("Request from {} needs ALTER permission.", peer.principal),
