@@ -33,8 +33,10 @@ Run: .venv/bin/python -m pytest tests/interop/test_admin_api.py -p no:cacheprovi
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -623,3 +625,35 @@ ca = "{certs.ca}"
     while "BadCertificate" not in without.log_text() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert "received fatal alert: BadCertificate" in without.log_text(), without.log_text()[-2000:]
+
+
+def test_kshim_clients_takes_the_command_config_of_kafka_tools(certs, extra, kshim, kshim_binary, tmp_path):
+    """`kshim clients --command-config` secures the https admin API with the file's ssl.*
+    settings: a PKCS12 truststore with the token, or a PEM keystore whose certificate's
+    principal the admin API accepts; its sasl.* settings are said to be unused."""
+    url = f"https://127.0.0.1:{kshim.admin.port}"
+
+    def clients(config: Path, *extra_args):
+        return subprocess.run([str(kshim_binary), "clients", "list", "--admin", url, "--command-config", str(config),
+                               "--output", "json", *extra_args], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL, env={**os.environ, "KSHIM_ADMIN_TOKEN": ""})
+
+    p12 = tmp_path / "p12.properties"
+    p12.write_text(f"security.protocol=SSL\nssl.truststore.location={certs.truststore}\n"
+                   f"ssl.truststore.password={STORE_PASSWORD}\n")
+    res = clients(p12, "--token", ADMIN_TOKEN)
+    assert res.returncode == 0 and isinstance(json.loads(res.stdout), (list, dict)), res
+    res = clients(p12)
+    assert res.returncode != 0 and ("401" in res.stderr or "token" in res.stderr), res
+
+    pem, key = extra["ops"]
+    keystore = tmp_path / "ops-keystore.pem"
+    keystore.write_text(Path(key).read_text() + Path(pem).read_text())
+    ops = tmp_path / "ops.properties"
+    ops.write_text(f"security.protocol=SASL_SSL\nssl.truststore.location={certs.ca}\nssl.truststore.type=PEM\n"
+                   f"ssl.keystore.location={keystore}\nssl.keystore.type=PEM\nsasl.mechanism=PLAIN\n"
+                   'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
+                   'username="ops" password="x";\n')
+    res = clients(ops)
+    assert res.returncode == 0, res
+    assert "sasl.* settings in" in res.stderr and "are not used" in res.stderr, res.stderr

@@ -673,3 +673,68 @@ def test_kshim_features_release_version_against_the_broker(kafka_broker, kshim_b
                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         ours = (cp.returncode, cp.stdout, cp.stderr.replace("kshim: ", ""))
         assert ours == theirs, f"{args}:\nkshim features: {ours}\nkafka-features.sh: {theirs}"
+
+
+# The offline lookups: no server is asked; the same lines as Kafka 4.1.1's tool.
+OFFLINE_STEPS = [
+    ["version-mapping"],
+    ["version-mapping", "--release-version", "3.3-IV3"],
+    ["version-mapping", "--release-version", "3.9"],
+    ["version-mapping", "--release-version", "4.0-IV1"],
+    ["version-mapping", "--release-version", "4.2-IV1"],
+    ["version-mapping", "--release-version", "4.2"],
+    ["feature-dependencies", "--feature", "eligible.leader.replicas.version=1", "--feature", "metadata.version=28",
+     "--feature", "transaction.version=2"],
+    ["feature-dependencies", "--feature", "group.version=2"],
+    ["feature-dependencies", "--feature", "metadata.version=6"],
+    ["feature-dependencies", "--feature", "nope.version=1"],
+]
+
+
+def test_kshim_features_offline_lookups_match_kafka_features(kshim_binary):
+    # Kafka's tool wants an address it can resolve even though it asks nobody.
+    bootstrap = "127.0.0.1:1"
+    for args in OFFLINE_STEPS:
+        theirs = ke.run_feature_command(bootstrap, *args)
+        cp = subprocess.run([str(kshim_binary), "features", *args], capture_output=True, text=True, timeout=30,
+                            stdin=subprocess.DEVNULL)
+        ours = (cp.returncode, cp.stdout, cp.stderr.replace("kshim: ", ""))
+        assert ours == theirs, f"{args}:\nkshim features: {ours}\nkafka-features.sh: {theirs}"
+
+
+def kshim_cli(binary, bootstrap: str, *args) -> tuple[int, str, str]:
+    cp = subprocess.run([str(binary), "features", "--bootstrap-server", bootstrap, *args],
+                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return cp.returncode, cp.stdout, cp.stderr
+
+
+def test_upgrade_all_stops_at_the_stable_release_and_downgrade_all_returns_to_it(kshim_factory, kshim_binary):
+    """--all knows Kafka 4.1's stable release: upgrade --all leaves the preview share.version 1
+    alone (unless --unstable) and raises a feature Kafka does not define to the top of its
+    range; downgrade --all lowers what is above the stable release and nothing else."""
+    supported = {"metadata.version": (7, 27), "group.version": (0, 1), "share.version": (0, 1),
+                 "transaction.version": (0, 2), "acme.widgets": (1, 5)}
+    start = {"metadata.version": 22, "group.version": 0, "share.version": 0, "transaction.version": 0,
+             "acme.widgets": 1}
+    proc = kshim_factory(ke.kshim_feature_config(start, supported))
+    rc, out, err = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all")
+    assert rc == 0, err
+    assert out == ("acme.widgets was upgraded to 5.\ngroup.version was upgraded to 1.\n"
+                   "metadata.version was upgraded to 27.\ntransaction.version was upgraded to 2.\n"), out
+    assert ke.api_versions(proc.bootstrap).finalized.get("share.version") is None
+    rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all")
+    assert rc == 0 and out == "Every feature is already finalized at the level --all would set.\n", out
+    rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all", "--unstable", "--dry-run")
+    assert rc == 0 and out == "share.version can be upgraded to 1.\n", out
+    rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all", "--unstable")
+    assert rc == 0 and out == "share.version was upgraded to 1.\n", out
+
+    rc, out, err = kshim_cli(kshim_binary, proc.bootstrap, "downgrade", "--all", "--yes")
+    assert rc == 0 and out == "share.version was downgraded to 0.\n", (out, err)
+    finalized = ke.api_versions(proc.bootstrap).finalized
+    assert finalized["acme.widgets"][1] == 5, finalized
+    assert finalized["metadata.version"][1] == 27 and "share.version" not in finalized, finalized
+    rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "downgrade", "--all", "--yes")
+    assert rc == 0 and out == "No feature is finalized above the latest stable Kafka release's level.\n", out
+    rc, _, err = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all", "--feature", "group.version=1")
+    assert rc == 1 and "--all cannot be combined" in err, err
