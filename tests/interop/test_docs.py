@@ -291,9 +291,11 @@ def test_toml_examples_load(kshim_binary, etc_kshim, tmp_path):
         checked += 1
         if cp.returncode != 0:
             problems.append(f"{b.where}: kshim config check exited {cp.returncode}:\n{cp.stdout}{cp.stderr}")
-    for config in (REPO / "docker" / "kshim.toml",):
+    # The compose files' configs, with what their compose files put in the environment.
+    compose_env = doc_env({"KSHIM_HOST": "kshim-1", "KSHIM_INSTANCE_ID": "kshim-1"})
+    for config in (REPO / "docker" / "kshim.toml", REPO / "docker" / "cluster" / "kshim.toml"):
         cp = subprocess.run([str(kshim_binary), "config", "check", "--config", str(config)], capture_output=True,
-                            text=True, timeout=30, env=doc_env(), cwd=tmp_path)
+                            text=True, timeout=30, env=compose_env, cwd=tmp_path)
         checked += 1
         if cp.returncode != 0:
             problems.append(f"{config.relative_to(REPO)}: kshim config check exited {cp.returncode}:\n"
