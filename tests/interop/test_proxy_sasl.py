@@ -89,21 +89,24 @@ def sasl_broker(kafka_jars):
     c.cleanup()
 
 
-@pytest.fixture
-def proxy(kshim_factory, sasl_broker):
-    return kshim_factory(
-        f"""
+def proxy_toml(broker, mechanism: str, user: tuple[str, str], extra: str = "") -> str:
+    """kshim in front of `broker`, its own connections authenticated as `user`."""
+    return f"""
 [upstream]
-bootstrap = "{sasl_broker.bootstrap}"
+bootstrap = "{broker.bootstrap}"
 refresh_interval_ms = 1000
 [upstream.listeners]
 port_base = 0
 [upstream.sasl]
-mechanism = "PLAIN"
-username = "admin"
-password = "admin-secret"
-"""
-    )
+mechanism = "{mechanism}"
+username = "{user[0]}"
+password = "{user[1]}"
+""" + extra
+
+
+@pytest.fixture
+def proxy(kshim_factory, sasl_broker):
+    return kshim_factory(proxy_toml(sasl_broker, "PLAIN", ("admin", "admin-secret")))
 
 
 def run_client(bootstrap: str, user: str, password: str, topic: str) -> dict:
@@ -437,22 +440,10 @@ def tls_sasl_proxy(sasl_broker, kshim_binary, tmp_path_factory):
     SCRAM-SHA-512; only User:admin may change features."""
     import tls_support
 
-    certs = tls_support.make_certs(tmp_path_factory.mktemp("certs"))
+    certs = kafka_env.require_or_fail(tls_support.make_certs, tmp_path_factory.mktemp("certs"))
     proc = kafka_env.KshimProcess(
-        f"""
-[upstream]
-bootstrap = "{sasl_broker.bootstrap}"
-refresh_interval_ms = 1000
-[upstream.listeners]
-port_base = 0
-[upstream.sasl]
-mechanism = "SCRAM-SHA-512"
-username = "{SCRAM_512_USER[0]}"
-password = "{SCRAM_512_USER[1]}"
-[authorization]
-alter_cluster = ["User:admin"]
-"""
-        + tls_support.tls_table(certs),
+        proxy_toml(sasl_broker, "SCRAM-SHA-512", SCRAM_512_USER,
+                   '[authorization]\nalter_cluster = ["User:admin"]\n' + tls_support.tls_table(certs)),
         binary=kshim_binary,
     )
     kafka_env.start_or_fail(proc)
@@ -466,7 +457,7 @@ def test_kshim_features_over_tls_and_sasl_prints_what_kafka_features_prints(tls_
 
     proc, certs = tls_sasl_proxy
     # kshim found the cluster through its own SCRAM-SHA-512 connection.
-    kafka_env.wait_until(lambda: "broker 1 (" in proc.log_path.read_text(), 30, "kshim discovered the cluster")
+    assert kafka_env.wait_until(lambda: "broker 1 (" in proc.log_path.read_text(), 30), "kshim discovered the cluster"
     pem = f"ssl.truststore.location={certs.ca}\nssl.truststore.type=PEM"
     p12 = f"ssl.truststore.location={certs.truststore}\nssl.truststore.password={tls_support.STORE_PASSWORD}"
     admin = command_config(tmp_path / "admin.properties", "SASL_SSL", "PLAIN", ("admin", "admin-secret"), pem)

@@ -2,6 +2,8 @@
 //! or to any Kafka cluster; its text output uses the lines of Kafka's
 //! FeatureCommand, its JSON output the KIP's describe document.
 
+mod offline;
+
 use super::command_config::CommandConfig;
 use anyhow::{bail, Context as _, Result};
 use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
@@ -9,12 +11,13 @@ use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest};
 use kafka_protocol::protocol::StrBytes;
 use kshim::client::{negotiate, ClientSecurity, KafkaClient};
 use kshim::features::kafka::{
-    self as kafka, any_metadata_version_level, any_metadata_version_name, metadata_version_level,
-    metadata_version_name, METADATA_VERSION,
+    self as kafka, any_metadata_version_level, metadata_version_level, metadata_version_name,
+    METADATA_VERSION,
 };
 use kshim::features::UpgradeType;
 use kshim::protocol::api_versions::DecodedApiVersions;
 use kshim::protocol::error_codes;
+use offline::{feature_dependencies, version_mapping};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
@@ -314,18 +317,13 @@ impl Kind {
 
 pub async fn run(args: FeaturesArgs) -> Result<u8> {
     let common = args.common;
-    let op = match args.op {
+    match args.op {
         Op::VersionMapping { release_version } => {
-            return version_mapping(release_version.as_deref(), common.output)
+            version_mapping(release_version.as_deref(), common.output)
         }
-        Op::FeatureDependencies { features } => {
-            return feature_dependencies(&features, common.output)
-        }
-        op => op,
-    };
-    let target = Target::new(&common)?;
-    match op {
+        Op::FeatureDependencies { features } => feature_dependencies(&features, common.output),
         Op::Describe => {
+            let target = Target::new(&common)?;
             let d = describe_all(&target).await?;
             match target.output {
                 Output::Text => emit(&describe_text(&d)),
@@ -342,27 +340,20 @@ pub async fn run(args: FeaturesArgs) -> Result<u8> {
             all,
             unstable,
         } => {
+            let target = Target::new(&common)?;
             let mut wanted = parse_all(&update.features, false)?;
             release_or_metadata(Kind::Upgrade, &release, &mut wanted)?;
             if all {
-                if !wanted.is_empty() {
-                    bail!("--all cannot be combined with --feature or --release-version");
-                }
-                let d = describe_all(&target).await?;
-                wanted = upgrade_all(&d, unstable);
-                if wanted.is_empty() {
-                    emit("Every feature is already finalized at the level --all would set.\n");
-                    return Ok(0);
+                let nothing = "Every feature is already finalized at the level --all would set.";
+                match levels_for_all(&target, &wanted, |d| upgrade_all(d, unstable), nothing)
+                    .await?
+                {
+                    Some(levels) => wanted = levels,
+                    None => return Ok(0),
                 }
             }
-            update_features(
-                Kind::Upgrade,
-                UpgradeType::Upgrade,
-                wanted,
-                &update,
-                &target,
-            )
-            .await
+            let t = UpgradeType::Upgrade;
+            update_features(Kind::Upgrade, t, wanted, &update, &target).await
         }
         Op::Downgrade {
             update,
@@ -370,43 +361,57 @@ pub async fn run(args: FeaturesArgs) -> Result<u8> {
             all,
             unsafe_downgrade,
         } => {
+            let target = Target::new(&common)?;
             let mut wanted = parse_all(&update.features, false)?;
             release_or_metadata(Kind::Downgrade, &release, &mut wanted)?;
             if all {
-                if !wanted.is_empty() {
-                    bail!("--all cannot be combined with --feature or --release-version");
-                }
-                let d = describe_all(&target).await?;
-                wanted = downgrade_all(&d);
-                if wanted.is_empty() {
-                    emit(
-                        "No feature is finalized above the latest stable Kafka release's level.\n",
-                    );
-                    return Ok(0);
+                let nothing =
+                    "No feature is finalized above the latest stable Kafka release's level.";
+                match levels_for_all(&target, &wanted, downgrade_all, nothing).await? {
+                    Some(levels) => wanted = levels,
+                    None => return Ok(0),
                 }
             }
-            let t = if unsafe_downgrade {
-                UpgradeType::UnsafeDowngrade
-            } else {
-                UpgradeType::SafeDowngrade
-            };
+            let t = downgrade_type(unsafe_downgrade);
             update_features(Kind::Downgrade, t, wanted, &update, &target).await
         }
         Op::Disable {
             update,
             unsafe_flag,
         } => {
+            let target = Target::new(&common)?;
             let wanted = parse_all(&update.features, true)?;
-            let t = if unsafe_flag {
-                UpgradeType::UnsafeDowngrade
-            } else {
-                UpgradeType::SafeDowngrade
-            };
+            let t = downgrade_type(unsafe_flag);
             update_features(Kind::Disable, t, wanted, &update, &target).await
         }
-        // Answered above, without a server.
-        Op::VersionMapping { .. } | Op::FeatureDependencies { .. } => Ok(0),
     }
+}
+
+fn downgrade_type(unsafe_flag: bool) -> UpgradeType {
+    if unsafe_flag {
+        UpgradeType::UnsafeDowngrade
+    } else {
+        UpgradeType::SafeDowngrade
+    }
+}
+
+/// `--all`: the levels `pick` chooses from what the server describes; `None`
+/// (having said so) when there is nothing to change.
+async fn levels_for_all(
+    target: &Target,
+    named: &BTreeMap<String, i16>,
+    pick: impl FnOnce(&Described) -> BTreeMap<String, i16>,
+    nothing: &str,
+) -> Result<Option<BTreeMap<String, i16>>> {
+    if !named.is_empty() {
+        bail!("--all cannot be combined with --feature or --release-version");
+    }
+    let levels = pick(&describe_all(target).await?);
+    if levels.is_empty() {
+        emit(&format!("{nothing}\n"));
+        return Ok(None);
+    }
+    Ok(Some(levels))
 }
 
 /// `--release-version` (every release feature to the release's level) and the
@@ -493,121 +498,6 @@ fn downgrade_all(d: &Described) -> BTreeMap<String, i16> {
         }
     }
     wanted
-}
-
-/// `version-mapping`: Kafka's FeatureCommand lines for a release.
-fn version_mapping(release: Option<&str>, output: Output) -> Result<u8> {
-    let (name, level) = match release {
-        None => {
-            let level = kafka::METADATA_VERSION_LATEST_PRODUCTION;
-            (metadata_version_name(level).unwrap_or_default(), level)
-        }
-        Some(name) => match any_metadata_version_level(name) {
-            Some(level) => (name, level),
-            None => bail!(
-                "Unknown release version '{name}'. Supported versions are: {} to {}",
-                metadata_version_name(kafka::METADATA_VERSION_MIN).unwrap_or_default(),
-                metadata_version_name(kafka::METADATA_VERSION_LATEST_PRODUCTION)
-                    .unwrap_or_default()
-            ),
-        },
-    };
-    let levels = kafka::release_levels(level);
-    match output {
-        Output::Text => {
-            let mut out = String::new();
-            for (feature, l) in &levels {
-                if *feature == METADATA_VERSION {
-                    out.push_str(&format!("{feature}={l} ({name})\n"));
-                } else {
-                    out.push_str(&format!("{feature}={l}\n"));
-                }
-            }
-            emit(&out);
-        }
-        Output::Json => {
-            let features: Map<String, Value> = levels
-                .iter()
-                .map(|(f, l)| ((*f).to_owned(), json!(l)))
-                .collect();
-            emit(&format!(
-                "{}\n",
-                serde_json::to_string_pretty(
-                    &json!({"release_version": name, "features": features})
-                )?
-            ));
-        }
-    }
-    Ok(0)
-}
-
-/// `feature-dependencies`: what each named level requires, from Kafka 4.1's
-/// table. Every name is checked before anything is printed.
-fn feature_dependencies(specs: &[String], output: Output) -> Result<u8> {
-    let table = kafka::dependencies();
-    let mut found = Vec::new();
-    for spec in specs {
-        let Some((name, level)) = spec.split_once('=') else {
-            bail!("Can't parse feature=level string {spec}: equals sign not found.");
-        };
-        let level: i16 = level.trim().parse().map_err(|_| {
-            anyhow::anyhow!(
-                "Can't parse feature=level string {spec}: unable to parse {level} as a short."
-            )
-        })?;
-        let name = name.trim();
-        match kafka::defines_level(name, level) {
-            None => bail!("Unknown feature: {name}"),
-            Some(false) if name == METADATA_VERSION => bail!("Unknown metadata.version {level}"),
-            Some(false) => bail!("No feature:{name} with feature level {level}"),
-            Some(true) => {}
-        }
-        let requires: Vec<(String, i16)> = table
-            .requirements(name, level)
-            .into_iter()
-            .map(|r| (r.feature.clone(), r.min_level))
-            .collect();
-        found.push((name.to_owned(), level, requires));
-    }
-    match output {
-        Output::Text => {
-            let mut out = String::new();
-            for (name, level, requires) in &found {
-                let head = with_release_name(name, *level);
-                if requires.is_empty() {
-                    out.push_str(&format!("{head} has no dependencies.\n"));
-                } else {
-                    out.push_str(&format!("{head} requires:\n"));
-                    for (feature, min) in requires {
-                        out.push_str(&format!("    {}\n", with_release_name(feature, *min)));
-                    }
-                }
-            }
-            emit(&out);
-        }
-        Output::Json => {
-            let doc: Vec<Value> = found
-                .iter()
-                .map(|(name, level, requires)| {
-                    let requires: Map<String, Value> = requires
-                        .iter()
-                        .map(|(f, l)| (f.clone(), json!(l)))
-                        .collect();
-                    json!({"feature": name, "level": level, "requires": requires})
-                })
-                .collect();
-            emit(&format!("{}\n", serde_json::to_string_pretty(&doc)?));
-        }
-    }
-    Ok(0)
-}
-
-/// `name=level`, with the release name after a metadata.version level.
-fn with_release_name(name: &str, level: i16) -> String {
-    match any_metadata_version_name(level) {
-        Some(release) if name == METADATA_VERSION => format!("{name}={level} ({release})"),
-        _ => format!("{name}={level}"),
-    }
 }
 
 fn parse_all(specs: &[String], disable: bool) -> Result<BTreeMap<String, i16>> {
