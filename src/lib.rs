@@ -17,6 +17,7 @@ pub mod features;
 pub mod framing;
 pub mod handlers;
 pub mod lab;
+pub mod log_limit;
 pub mod metrics;
 pub mod policy;
 pub mod protocol;

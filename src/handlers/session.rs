@@ -35,8 +35,8 @@ fn refusable(api_key: i16) -> bool {
 
 /// Clients that connect before any upstream broker has answered: one log line
 /// a minute for all of them.
-static NO_UPSTREAM_YET: crate::upstream::link::FailureLog =
-    crate::upstream::link::FailureLog::new(Duration::from_secs(60));
+static NO_UPSTREAM_YET: crate::log_limit::PerCauseLimit =
+    crate::log_limit::PerCauseLimit::new(Duration::from_secs(60));
 
 pub struct Session {
     ctx: Arc<Context>,

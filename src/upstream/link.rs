@@ -10,6 +10,7 @@
 use super::UpstreamError;
 use crate::client::{SaslCredentials, Stream};
 use crate::framing::{FrameReader, Outbox};
+use crate::log_limit::PerCauseLimit;
 use crate::protocol::Reader;
 use crate::tls::ClientTlsCell;
 use bytes::Bytes;
@@ -40,52 +41,7 @@ pub struct LinkSettings {
 /// Connection failures, logged once per cause per minute: while a broker is
 /// down, every client reconnecting in a loop fails the same way, and one line
 /// (with a count of the repeats) says all of it.
-static CONNECT_FAILURES: FailureLog = FailureLog::new(Duration::from_secs(60));
-
-/// Rate-limits log lines per cause (a failure's text): the first occurrence of
-/// a cause is logged; repeats within `window` are counted, and the count goes
-/// with the next line for that cause.
-pub(crate) struct FailureLog {
-    window: Duration,
-    causes: std::sync::Mutex<Option<std::collections::HashMap<String, (Instant, u64)>>>,
-}
-
-/// Causes remembered at most; a burst of distinct causes cannot grow the map.
-const FAILURE_CAUSES: usize = 256;
-
-impl FailureLog {
-    pub(crate) const fn new(window: Duration) -> FailureLog {
-        FailureLog {
-            window,
-            causes: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// Whether to log `cause` now: `Some(repeats since it was last logged)`, or
-    /// `None` while it was logged within the window.
-    pub(crate) fn admit(&self, cause: &str, now: Instant) -> Option<u64> {
-        let mut guard = self.causes.lock().unwrap_or_else(|e| e.into_inner());
-        let causes = guard.get_or_insert_with(Default::default);
-        if let Some((since, repeats)) = causes.get_mut(cause) {
-            if now.duration_since(*since) < self.window {
-                *repeats += 1;
-                return None;
-            }
-        }
-        if causes.len() >= FAILURE_CAUSES {
-            let window = self.window;
-            causes.retain(|_, (since, _)| now.duration_since(*since) < window);
-            if causes.len() >= FAILURE_CAUSES {
-                causes.clear();
-            }
-        }
-        Some(
-            causes
-                .insert(cause.to_owned(), (now, 0))
-                .map_or(0, |(_, n)| n),
-        )
-    }
-}
+static CONNECT_FAILURES: PerCauseLimit = PerCauseLimit::new(Duration::from_secs(60));
 
 /// Outbox tags: whether a queued request waits for a response.
 const ANSWERED: u8 = 1;
@@ -282,43 +238,4 @@ fn log_connection(stream: &Stream, target: &str) {
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a: SocketAddr| a.to_string());
     tracing::debug!(target: "kshim::upstream", "upstream connection from {local} to {target}");
-}
-
-#[cfg(test)]
-mod failure_log_tests {
-    use super::*;
-
-    #[test]
-    fn a_cause_is_logged_once_per_window_and_its_repeats_counted() {
-        let log = FailureLog::new(Duration::from_secs(60));
-        let t0 = Instant::now();
-        assert_eq!(log.admit("connection refused", t0), Some(0));
-        for i in 1..6 {
-            assert_eq!(
-                log.admit("connection refused", t0 + Duration::from_secs(i)),
-                None
-            );
-        }
-        assert_eq!(
-            log.admit("timed out", t0),
-            Some(0),
-            "another cause is logged at once"
-        );
-        assert_eq!(
-            log.admit("connection refused", t0 + Duration::from_secs(61)),
-            Some(5)
-        );
-        let causes = log.causes.lock().unwrap();
-        assert_eq!(causes.as_ref().unwrap()["connection refused"].1, 0);
-    }
-
-    #[test]
-    fn distinct_causes_cannot_grow_the_log_without_bound() {
-        let log = FailureLog::new(Duration::from_secs(60));
-        let t0 = Instant::now();
-        for i in 0..10 * FAILURE_CAUSES {
-            log.admit(&format!("cause {i}"), t0);
-        }
-        assert!(log.causes.lock().unwrap().as_ref().unwrap().len() <= FAILURE_CAUSES);
-    }
 }
