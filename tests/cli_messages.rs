@@ -3,18 +3,26 @@
 
 use std::process::Command;
 
-fn serve(args: &[&str]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
+/// Runs `kshim ARGS` with `env` added; (exit code, stdout, stderr).
+fn kshim(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_kshim"))
-        .arg("serve")
-        .args(["--data-dir", dir.path().to_str().unwrap()])
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("kshim runs");
     (
         out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `kshim serve ARGS` on a data directory of its own; (exit code, stderr).
+fn serve(args: &[&str]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = ["serve", "--data-dir", dir.path().to_str().unwrap()];
+    let (code, _, stderr) = kshim(&[&data[..], args].concat(), &[]);
+    (code, stderr)
 }
 
 #[test]
@@ -70,17 +78,7 @@ fn a_misspelt_log_level_is_a_config_error() {
 }
 
 fn config_check(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kshim"))
-        .args(["config", "check"])
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("kshim runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    kshim(&[&["config", "check"][..], args].concat(), env)
 }
 
 #[test]

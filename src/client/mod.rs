@@ -253,7 +253,7 @@ const TLS_ANSWER: &str = "the server answered with a TLS record, not a Kafka res
 /// a content type (alert, handshake, ...) and major version 3. A TLS server
 /// answers a plaintext request with an alert, whose head reads as a frame size
 /// of about 350 MB.
-pub fn is_tls_record_head(size: usize) -> bool {
+fn is_tls_record_head(size: usize) -> bool {
     let content_type = (size >> 24) & 0xff;
     let major = (size >> 16) & 0xff;
     (0x14..=0x17).contains(&content_type) && major == 3

@@ -89,7 +89,7 @@ impl Session {
             tracing::info!(
                 peer = %self.peer.addr,
                 principal = %self.peer.principal,
-                software = %self.software.as_ref().map_or("-".into(), |s| format!("{}/{}", s.name, s.version)),
+                software = %self.software_label(),
                 scenario = %name,
                 "discovery lab: scenario applies to this connection"
             );
