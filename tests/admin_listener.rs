@@ -5,6 +5,8 @@
 
 use kshim::config::{CliOverrides, ConfigSource};
 use kshim::service::Service;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -60,16 +62,22 @@ async fn health_is_answered_while_others_hold_every_connection() {
 
     // 500 idle connections, kept at 500: each one closed is opened again.
     let (attack_stop, attack_stopped) = watch::channel(false);
+    let connected = Arc::new(AtomicUsize::new(0));
     let mut attackers = Vec::new();
     for i in 0..500 {
         let admin = admin.clone();
         let mut stopped = attack_stopped.clone();
+        let connected = Arc::clone(&connected);
         attackers.push(tokio::spawn(async move {
+            let mut first = true;
             while !*stopped.borrow() {
                 let Ok(mut s) = TcpStream::connect(&admin).await else {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
+                if std::mem::take(&mut first) {
+                    connected.fetch_add(1, Ordering::Relaxed);
+                }
                 // One in ten trickles a header instead of sending nothing.
                 let trickle = i % 10 == 0;
                 let mut buf = [0u8; 256];
@@ -85,7 +93,16 @@ async fn health_is_answered_while_others_hold_every_connection() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every attacker holds a connection before the probes start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connected.load(Ordering::Relaxed) < 500 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 500 attackers connected within 10 s",
+            connected.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let started = Instant::now();
     let mut answered = 0;

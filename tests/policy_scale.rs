@@ -7,147 +7,93 @@
 
 mod support;
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
-use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, CreateTopicsRequest, CreateTopicsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, MetadataResponse, TopicName,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use kshim::client::KafkaClient;
 use kshim::policy::rule::{Bound, ValueRule};
 use kshim::policy::{ConfigValidator, ConfigValidators, DeclaredTopicPolicy, Policies};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use support::{encode, read_frame, start_proxy, write_response, RunningProxy};
-use tokio::net::TcpListener;
+use support::fake_broker::{encode, FakeBroker, Reply};
+use support::{start_proxy, RunningProxy};
 
 const POLICY_VIOLATION: i16 = 44;
 const INVALID_CONFIG: i16 = 40;
 
-fn api(key: ApiKey, min: i16, max: i16) -> ApiVersion {
-    ApiVersion::default()
-        .with_api_key(key as i16)
-        .with_min_version(min)
-        .with_max_version(max)
-}
-
-/// What reached the fake broker.
-#[derive(Default)]
-struct Received {
-    topics: Vec<String>,
-    resources: Vec<String>,
-}
-
 /// A broker that serves discovery, and accepts every topic and config change it
-/// is sent, recording them.
-async fn fake_broker(listener: TcpListener, received: Arc<Mutex<Received>>) {
-    let port = listener.local_addr().unwrap().port();
-    loop {
-        let Ok((mut s, _)) = listener.accept().await else {
-            return;
-        };
-        let received = Arc::clone(&received);
-        tokio::spawn(async move {
-            while let Some(frame) = read_frame(&mut s).await {
-                let key = i16::from_be_bytes([frame[0], frame[1]]);
-                let version = i16::from_be_bytes([frame[2], frame[3]]);
-                let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-                let id_len = i16::from_be_bytes([frame[8], frame[9]]) as usize;
-                let flexible_request = ApiKey::try_from(key)
-                    .unwrap()
-                    .request_header_version(version)
-                    >= 2;
-                let mut body = frame.slice(10 + id_len + usize::from(flexible_request)..);
-                let flexible_response = ApiKey::try_from(key)
-                    .unwrap()
-                    .response_header_version(version)
-                    >= 1;
-                match ApiKey::try_from(key).unwrap() {
-                    ApiKey::ApiVersions => {
-                        let answer = ApiVersionsResponse::default().with_api_keys(vec![
-                            api(ApiKey::Metadata, 0, 12),
-                            api(ApiKey::ApiVersions, 0, 4),
-                            api(ApiKey::CreateTopics, 2, 7),
-                            api(ApiKey::IncrementalAlterConfigs, 0, 1),
-                        ]);
-                        write_response(
-                            &mut s,
-                            correlation_id,
-                            false,
-                            &encode(&answer, version.min(3)),
-                        )
-                        .await;
-                    }
-                    ApiKey::Metadata => {
-                        let answer = MetadataResponse::default()
-                            .with_brokers(vec![MetadataResponseBroker::default()
-                                .with_node_id(BrokerId(1))
-                                .with_host(StrBytes::from_static_str("127.0.0.1"))
-                                .with_port(i32::from(port))])
-                            .with_controller_id(BrokerId(1));
-                        write_response(
-                            &mut s,
-                            correlation_id,
-                            flexible_response,
-                            &encode(&answer, version),
-                        )
-                        .await;
-                    }
-                    ApiKey::CreateTopics => {
-                        let request = CreateTopicsRequest::decode(&mut body, version).unwrap();
-                        let mut answer = CreateTopicsResponse::default();
-                        for t in request.topics {
-                            received.lock().unwrap().topics.push(t.name.0.to_string());
-                            answer.topics.push(
-                                CreatableTopicResult::default()
-                                    .with_name(t.name)
-                                    .with_num_partitions(t.num_partitions),
-                            );
-                        }
-                        write_response(
-                            &mut s,
-                            correlation_id,
-                            flexible_response,
-                            &encode(&answer, version),
-                        )
-                        .await;
-                    }
-                    ApiKey::IncrementalAlterConfigs => {
-                        let request =
-                            IncrementalAlterConfigsRequest::decode(&mut body, version).unwrap();
-                        let mut answer = IncrementalAlterConfigsResponse::default();
-                        for r in request.resources {
-                            received
-                                .lock()
-                                .unwrap()
-                                .resources
-                                .push(r.resource_name.to_string());
-                            answer.responses.push(
-                                AlterConfigsResourceResponse::default()
-                                    .with_resource_type(r.resource_type)
-                                    .with_resource_name(r.resource_name),
-                            );
-                        }
-                        write_response(
-                            &mut s,
-                            correlation_id,
-                            flexible_response,
-                            &encode(&answer, version),
-                        )
-                        .await;
-                    }
-                    _ => return,
-                }
+/// is sent; what reached it is in its received requests.
+async fn fake_broker() -> FakeBroker {
+    FakeBroker::builder()
+        .apis(&[
+            (ApiKey::Metadata as i16, 0, 12),
+            (ApiKey::ApiVersions as i16, 0, 4),
+            (ApiKey::CreateTopics as i16, 2, 7),
+            (ApiKey::IncrementalAlterConfigs as i16, 0, 1),
+        ])
+        .on_request(|req| match ApiKey::try_from(req.api_key) {
+            Ok(ApiKey::CreateTopics) => {
+                let request: CreateTopicsRequest = req.decode();
+                let answer = CreateTopicsResponse::default().with_topics(
+                    request
+                        .topics
+                        .into_iter()
+                        .map(|t| {
+                            CreatableTopicResult::default()
+                                .with_name(t.name)
+                                .with_num_partitions(t.num_partitions)
+                        })
+                        .collect(),
+                );
+                Reply::Body(encode(&answer, req.version))
             }
-        });
-    }
+            Ok(ApiKey::IncrementalAlterConfigs) => {
+                let request: IncrementalAlterConfigsRequest = req.decode();
+                let answer = IncrementalAlterConfigsResponse::default().with_responses(
+                    request
+                        .resources
+                        .into_iter()
+                        .map(|r| {
+                            AlterConfigsResourceResponse::default()
+                                .with_resource_type(r.resource_type)
+                                .with_resource_name(r.resource_name)
+                        })
+                        .collect(),
+                );
+                Reply::Body(encode(&answer, req.version))
+            }
+            _ => Reply::Default,
+        })
+        .start()
+        .await
+}
+
+/// Names of the topics in every CreateTopics that reached the broker.
+fn topics_received(broker: &FakeBroker) -> Vec<String> {
+    broker
+        .received_of(ApiKey::CreateTopics)
+        .iter()
+        .flat_map(|r| r.decode::<CreateTopicsRequest>().topics)
+        .map(|t| t.name.0.to_string())
+        .collect()
+}
+
+/// Names of the resources in every IncrementalAlterConfigs that reached the broker.
+fn resources_received(broker: &FakeBroker) -> Vec<String> {
+    broker
+        .received_of(ApiKey::IncrementalAlterConfigs)
+        .iter()
+        .flat_map(|r| r.decode::<IncrementalAlterConfigsRequest>().resources)
+        .map(|r| r.resource_name.to_string())
+        .collect()
 }
 
 fn policies() -> Policies {
@@ -170,17 +116,16 @@ fn policies() -> Policies {
     }
 }
 
-async fn proxy(received: Arc<Mutex<Received>>) -> RunningProxy {
-    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream_addr = upstream.local_addr().unwrap().to_string();
-    tokio::spawn(fake_broker(upstream, received));
+async fn proxy() -> (FakeBroker, RunningProxy) {
+    let broker = fake_broker().await;
     // The fake broker finalizes no features, so kshim claims metadata.version
     // (finalized at its supported max) to put the validator in force.
-    start_proxy(upstream_addr, 60_000, |c| {
+    let proxy = start_proxy(broker.addr.clone(), 60_000, |c| {
         c.policies = policies();
         c.kshim_owned = vec!["metadata.version".into()];
     })
-    .await
+    .await;
+    (broker, proxy)
 }
 
 /// Sends `request` at `version` and decodes the answer.
@@ -198,8 +143,7 @@ async fn create(
 
 #[tokio::test]
 async fn twenty_thousand_topics_half_refused_come_back_in_order() {
-    let received = Arc::new(Mutex::new(Received::default()));
-    let kshim = proxy(Arc::clone(&received)).await;
+    let (broker, kshim) = proxy().await;
     let mut client = KafkaClient::connect(&kshim.addr, Duration::from_secs(30))
         .await
         .unwrap();
@@ -217,7 +161,7 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
                 .collect(),
         );
     for version in [4, 7] {
-        received.lock().unwrap().topics.clear();
+        broker.clear_received();
         let answer = create(&mut client, &request, version).await;
         assert_eq!(answer.topics.len(), N);
         for (i, t) in answer.topics.iter().enumerate() {
@@ -229,7 +173,7 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
             let expected = if i % 2 == 0 { 0 } else { POLICY_VIOLATION };
             assert_eq!(t.error_code, expected, "v{version} t{i}");
         }
-        let reached = received.lock().unwrap().topics.clone();
+        let reached = topics_received(&broker);
         assert_eq!(
             reached.len(),
             N / 2,
@@ -244,13 +188,13 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
         exempt_principals: vec!["User:ANONYMOUS".into()],
         ..policies()
     });
-    received.lock().unwrap().topics.clear();
+    broker.clear_received();
     let answer = create(&mut client, &request, 7).await;
     assert!(answer.topics.iter().all(|t| t.error_code == 0));
-    assert_eq!(received.lock().unwrap().topics.len(), N);
+    assert_eq!(topics_received(&broker).len(), N);
     // A policy change applies to the next request, on the same connection.
     kshim.context.policies.replace(policies());
-    received.lock().unwrap().topics.clear();
+    broker.clear_received();
     let answer = create(&mut client, &request, 7).await;
     assert_eq!(
         answer
@@ -261,17 +205,16 @@ async fn twenty_thousand_topics_half_refused_come_back_in_order() {
         N / 2
     );
     kshim.context.policies.replace(Policies::default());
-    received.lock().unwrap().topics.clear();
+    broker.clear_received();
     let answer = create(&mut client, &request, 7).await;
     assert!(answer.topics.iter().all(|t| t.error_code == 0));
-    assert_eq!(received.lock().unwrap().topics.len(), N);
+    assert_eq!(topics_received(&broker).len(), N);
     let _ = kshim.stop.send(true);
 }
 
 #[tokio::test]
 async fn config_changes_at_scale_and_values_that_do_not_parse() {
-    let received = Arc::new(Mutex::new(Received::default()));
-    let kshim = proxy(Arc::clone(&received)).await;
+    let (broker, kshim) = proxy().await;
     let mut client = KafkaClient::connect(&kshim.addr, Duration::from_secs(30))
         .await
         .unwrap();
@@ -319,7 +262,7 @@ async fn config_changes_at_scale_and_values_that_do_not_parse() {
             }
         }
     }
-    assert_eq!(received.lock().unwrap().resources.len(), N.div_ceil(3));
+    assert_eq!(resources_received(&broker).len(), N.div_ceil(3));
     // kshim is still serving.
     let mut again = KafkaClient::connect(&kshim.addr, Duration::from_secs(5))
         .await

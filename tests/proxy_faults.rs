@@ -3,19 +3,17 @@
 //! that hangs up mid-request. In every case kshim closes the client connection
 //! (so that the client retries), keeps running, and keeps answering ApiVersions.
 //!
-//! The fake broker answers only what kshim's discovery asks (ApiVersions and
-//! Metadata) correctly; what it does with forwarded requests is the fault under
-//! test. The proof that forwarding works is the interop suite against real Kafka.
+//! The fake broker (tests/support/fake_broker.rs) answers only what kshim's
+//! discovery asks (ApiVersions and Metadata) correctly; what it does with
+//! forwarded requests is the fault under test. The proof that forwarding works is the interop suite against real Kafka.
 
 mod support;
 
-use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-use kafka_protocol::messages::{ApiKey, BrokerId, MetadataResponse};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{ApiKey, MetadataResponse};
 use kshim::client::KafkaClient;
 use std::time::Duration;
-use support::{api_versions_body, encode, read_frame, start_proxy, write_response, RunningProxy};
-use tokio::net::TcpListener;
+use support::fake_broker::{encode, FakeBroker, Reply};
+use support::{start_proxy, RunningProxy};
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {
@@ -24,79 +22,39 @@ enum Fault {
     HangUp,
 }
 
-/// A broker at `port` that serves discovery properly and forwarded requests with
-/// `fault`. Discovery is told apart from forwarded requests by client id.
-async fn fake_broker(listener: TcpListener, fault: Fault) {
-    let port = listener.local_addr().unwrap().port();
-    loop {
-        let Ok((mut s, _)) = listener.accept().await else {
-            return;
-        };
-        tokio::spawn(async move {
-            while let Some(frame) = read_frame(&mut s).await {
-                let api = i16::from_be_bytes([frame[0], frame[1]]);
-                let version = i16::from_be_bytes([frame[2], frame[3]]);
-                let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-                let id_len = i16::from_be_bytes([frame[8], frame[9]]) as usize;
-                let from_discovery = &frame[10..10 + id_len] == b"kshim";
-                if api == ApiKey::ApiVersions as i16 {
-                    let body = api_versions_body(&[(0, 3, 12), (3, 0, 12), (18, 0, 4)], version);
-                    write_response(&mut s, correlation_id, false, &body).await;
-                    continue;
-                }
-                let metadata = MetadataResponse::default()
-                    .with_brokers(vec![MetadataResponseBroker::default()
-                        .with_node_id(BrokerId(1))
-                        .with_host(StrBytes::from_static_str("127.0.0.1"))
-                        .with_port(i32::from(port))])
-                    .with_controller_id(BrokerId(1));
-                if from_discovery {
-                    write_response(
-                        &mut s,
-                        correlation_id,
-                        version >= 9,
-                        &encode(&metadata, version),
-                    )
-                    .await;
-                    continue;
-                }
-                match fault {
-                    Fault::WrongCorrelationId => {
-                        write_response(
-                            &mut s,
-                            correlation_id + 1,
-                            version >= 9,
-                            &encode(&metadata, version),
-                        )
-                        .await
-                    }
-                    Fault::GarbageMetadata => {
-                        // A broker list claiming 2^28 entries in a few bytes.
-                        write_response(
-                            &mut s,
-                            correlation_id,
-                            version >= 9,
-                            &[0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x01],
-                        )
-                        .await
-                    }
-                    Fault::HangUp => return,
-                }
+/// A broker that serves discovery properly and forwarded requests with `fault`.
+/// Discovery is told apart from forwarded requests by client id.
+async fn fake_broker(fault: Fault) -> FakeBroker {
+    FakeBroker::builder()
+        .on_request(move |req| {
+            if req.from_discovery() || req.api_key == ApiKey::ApiVersions as i16 {
+                return Reply::Default;
             }
-        });
-    }
+            match fault {
+                Fault::WrongCorrelationId => Reply::BodyWithCorrelation(
+                    req.correlation_id + 1,
+                    encode(&MetadataResponse::default(), req.version),
+                ),
+                // A broker list claiming 2^28 entries in a few bytes.
+                Fault::GarbageMetadata => {
+                    Reply::Body(vec![0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x01].into())
+                }
+                Fault::HangUp => Reply::Close,
+            }
+        })
+        .start()
+        .await
 }
 
-async fn proxy_in_front_of(fault: Fault) -> RunningProxy {
-    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream_addr = upstream.local_addr().unwrap().to_string();
-    tokio::spawn(fake_broker(upstream, fault));
-    start_proxy(upstream_addr, 200, |c| {
+async fn proxy_in_front_of(fault: Fault) -> (FakeBroker, RunningProxy) {
+    let broker = fake_broker(fault).await;
+    let proxy = start_proxy(broker.addr.clone(), 200, |c| {
         if let Some(u) = c.upstream.as_mut() {
             u.connect_timeout_ms = 1000;
         }
     })
-    .await
+    .await;
+    (broker, proxy)
 }
 
 /// Metadata v12 with no topics, as a client would send it.
@@ -111,7 +69,7 @@ async fn upstream_faults_close_the_client_connection_and_nothing_else() {
         Fault::GarbageMetadata,
         Fault::HangUp,
     ] {
-        let kshim = proxy_in_front_of(fault).await;
+        let (_broker, kshim) = proxy_in_front_of(fault).await;
         let addr = kshim.addr.clone();
         let timeout = Duration::from_secs(5);
         let mut client = KafkaClient::connect(&addr, timeout).await.unwrap();

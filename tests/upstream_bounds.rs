@@ -1,69 +1,18 @@
 //! What kshim does with an upstream that says too much or too little: a broker
 //! whose Metadata names hundreds of new node ids at every refresh, and brokers
 //! that accept connections and never answer. Neither is something a real Kafka
-//! cluster does on demand, so a fake broker plays it; the proof that discovery
-//! works is the interop suite against real Kafka.
+//! cluster does on demand, so the fake broker (tests/support/fake_broker.rs)
+//! plays it; the proof that discovery works is the interop suite against real
+//! Kafka.
 
 mod support;
 
-use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-use kafka_protocol::messages::{ApiKey, BrokerId, MetadataResponse};
-use kafka_protocol::protocol::StrBytes;
 use kshim::client::KafkaClient;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{api_versions_body, encode, read_frame, start_proxy, write_response};
-use tokio::net::TcpListener;
-
-/// A broker answering ApiVersions, and Metadata with `brokers()` each time.
-async fn fake_broker(
-    listener: TcpListener,
-    brokers: Arc<dyn Fn() -> Vec<(i32, String, u16)> + Send + Sync>,
-) {
-    loop {
-        let Ok((mut s, _)) = listener.accept().await else {
-            return;
-        };
-        let brokers = Arc::clone(&brokers);
-        tokio::spawn(async move {
-            while let Some(frame) = read_frame(&mut s).await {
-                let api = i16::from_be_bytes([frame[0], frame[1]]);
-                let version = i16::from_be_bytes([frame[2], frame[3]]);
-                let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-                if api == ApiKey::ApiVersions as i16 {
-                    let body = api_versions_body(&[(3, 0, 12), (18, 0, 4)], version);
-                    write_response(&mut s, correlation_id, false, &body).await;
-                } else if api == ApiKey::Metadata as i16 {
-                    let listed = brokers();
-                    let controller = listed.first().map_or(-1, |b| b.0);
-                    let metadata = MetadataResponse::default()
-                        .with_brokers(
-                            listed
-                                .into_iter()
-                                .map(|(id, host, port)| {
-                                    MetadataResponseBroker::default()
-                                        .with_node_id(BrokerId(id))
-                                        .with_host(StrBytes::from_string(host))
-                                        .with_port(i32::from(port))
-                                })
-                                .collect(),
-                        )
-                        .with_controller_id(BrokerId(controller));
-                    write_response(
-                        &mut s,
-                        correlation_id,
-                        version >= 9,
-                        &encode(&metadata, version),
-                    )
-                    .await;
-                } else {
-                    return;
-                }
-            }
-        });
-    }
-}
+use support::fake_broker::FakeBroker;
+use support::start_proxy;
 
 /// The tests count this process's descriptors, so they run one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -75,20 +24,20 @@ fn open_descriptors() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_node_ids_stays_within_max_brokers() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = upstream.local_addr().unwrap().port();
     let next_id = Arc::new(AtomicI32::new(1));
     let ids = Arc::clone(&next_id);
     // 300 node ids never seen before at every Metadata answer, all at this broker.
-    tokio::spawn(fake_broker(
-        upstream,
-        Arc::new(move || {
+    let broker = FakeBroker::builder()
+        .apis(&[(3, 0, 12), (18, 0, 4)])
+        .brokers(move |port| {
             let first = ids.fetch_add(300, Ordering::Relaxed);
             (first..first + 300)
                 .map(|id| (id, "127.0.0.1".to_owned(), port))
                 .collect()
-        }),
-    ));
+        })
+        .start()
+        .await;
+    let port = broker.port;
     let before = open_descriptors();
     let kshim = start_proxy(format!("127.0.0.1:{port}"), 100, |c| {
         let u = c.upstream.as_mut().unwrap();
@@ -126,8 +75,6 @@ async fn a_flood_of_node_ids_stays_within_max_brokers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn brokers_that_never_answer_cost_one_deadline_not_one_each() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = upstream.local_addr().unwrap().port();
     // 19 brokers whose sockets accept (the kernel completes the handshake) and
     // never answer a byte.
     let mut silent = Vec::new();
@@ -138,9 +85,9 @@ async fn brokers_that_never_answer_cost_one_deadline_not_one_each() {
         .iter()
         .map(|l| l.local_addr().unwrap().port())
         .collect();
-    tokio::spawn(fake_broker(
-        upstream,
-        Arc::new(move || {
+    let broker = FakeBroker::builder()
+        .apis(&[(3, 0, 12), (18, 0, 4)])
+        .brokers(move |port| {
             std::iter::once((1, "127.0.0.1".to_owned(), port))
                 .chain(
                     silent_ports
@@ -149,8 +96,10 @@ async fn brokers_that_never_answer_cost_one_deadline_not_one_each() {
                         .map(|(i, &p)| (i as i32 + 2, "127.0.0.1".to_owned(), p)),
                 )
                 .collect()
-        }),
-    ));
+        })
+        .start()
+        .await;
+    let port = broker.port;
     let started = Instant::now();
     let kshim = start_proxy(format!("127.0.0.1:{port}"), 60_000, |c| {
         c.upstream.as_mut().unwrap().connect_timeout_ms = 1000;

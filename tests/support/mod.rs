@@ -1,60 +1,16 @@
-//! Pieces shared by the integration tests that put kshim in front of a fake
-//! broker: reading and writing frames on the broker's side, and starting a proxy.
+//! Pieces shared by the integration tests: the one fake broker
+//! ([`fake_broker`]), starting a proxy in process, and reading the address a
+//! `kshim serve` child prints.
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::protocol::Encodable;
+pub mod fake_broker;
+
 use kshim::config::{Config, UpstreamConfig};
 use kshim::handlers::Context;
 use kshim::proxy::Proxy;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
-
-/// One request frame, without its size prefix; `None` once the peer is gone.
-pub async fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
-    let size = s.read_i32().await.ok()?;
-    let mut buf = vec![0; usize::try_from(size).ok()?];
-    s.read_exact(&mut buf).await.ok()?;
-    Some(Bytes::from(buf))
-}
-
-/// Writes a response frame: size, correlation id, an empty tag section when the
-/// header is flexible, then `body`.
-pub async fn write_response(
-    s: &mut TcpStream,
-    correlation_id: i32,
-    flexible_header: bool,
-    body: &[u8],
-) {
-    let mut out = BytesMut::new();
-    out.put_i32((4 + usize::from(flexible_header) + body.len()) as i32);
-    out.put_i32(correlation_id);
-    if flexible_header {
-        out.put_u8(0);
-    }
-    out.put_slice(body);
-    let _ = s.write_all(&out).await;
-}
-
-/// An ApiVersions response body advertising `(api key, min, max)` for each key,
-/// at `version` (capped at 3, what the fake brokers speak).
-pub fn api_versions_body(keys: &[(i16, i16, i16)], version: i16) -> Bytes {
-    use kafka_protocol::messages::api_versions_response::ApiVersion;
-    let body = kafka_protocol::messages::ApiVersionsResponse::default().with_api_keys(
-        keys.iter()
-            .map(|&(key, min, max)| {
-                ApiVersion::default()
-                    .with_api_key(key)
-                    .with_min_version(min)
-                    .with_max_version(max)
-            })
-            .collect(),
-    );
-    encode(&body, version.min(3))
-}
 
 /// The address a `kshim serve` child prints on its first stdout line.
 pub fn listening_addr(child: &mut std::process::Child) -> String {
@@ -67,12 +23,6 @@ pub fn listening_addr(child: &mut std::process::Child) -> String {
         .strip_prefix("kshim listening on ")
         .unwrap_or_else(|| panic!("unexpected line {line:?}"))
         .to_owned()
-}
-
-pub fn encode<M: Encodable>(m: &M, version: i16) -> Bytes {
-    let mut out = BytesMut::new();
-    m.encode(&mut out, version).unwrap();
-    out.freeze()
 }
 
 /// A proxy serving in the background.
