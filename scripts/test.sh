@@ -1,27 +1,96 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs every test.
-#   1. scripts/install-deps.sh  (Debian packages, Python venv, Kafka 4.1.1 jars, Go modules, cargo-fuzz)
-#   2. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
-#   3. scripts/fuzz.sh          (builds the cargo-fuzz targets, runs each 5 s from its seeds)
-#   4. pytest tests/interop     (real Kafka 4.1.1 clusters and real clients, kshim standalone and in front)
-# Every step is bounded in time; any failure stops the run with a non-zero exit.
+#
+#   scripts/test.sh            the gate, everything:
+#     1. scripts/install-deps.sh  (Debian packages, Python venv, Kafka jars, Go clients, cargo-fuzz)
+#     2. the shared Kafka brokers start in the background (tests/interop/brokers.py), while
+#     3. cargo build --release    builds kshim, its examples and the tests
+#     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
+#     5. scripts/fuzz.sh          (builds the cargo-fuzz targets, runs each 5 s from its seeds)
+#     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front)
+#   scripts/test.sh --quick    for every small change, a few minutes: steps 3 and 4, then the
+#                              interop tests that need no Kafka broker
+#
+# Other arguments go to pytest. Every step is bounded in time; any failure stops the run
+# with a non-zero exit. The time of each stage (and of each interop module) is printed at
+# the end, failed or not.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
+QUICK=0
+if [ "${1:-}" = "--quick" ]; then
+  QUICK=1
+  shift
+fi
+
+TIMES_DIR="$ROOT/build/test-times"
+mkdir -p "$TIMES_DIR"
+rm -f "$TIMES_DIR"/*
+STAGES="$TIMES_DIR/stages.tsv"
+MODULES="$TIMES_DIR/interop-modules.tsv"
+RUN_STARTED=$SECONDS
+POOL_PID=""
+
 step() { printf '\n==> %s\n' "$*"; }
 
-step "installing dependencies"
-bash scripts/install-deps.sh
+# stage NAME COMMAND...: runs the command, records its wall time, stops the run on failure.
+stage() {
+  local name="$1"
+  shift
+  step "$name"
+  local started=$SECONDS rc=0
+  "$@" || rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$((SECONDS - started))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")" >>"$STAGES"
+  return $rc
+}
 
-step "building kshim and its tools"
-timeout 1500 cargo build --release --bins --examples
+summary() {
+  local rc=$?
+  if [ -n "$POOL_PID" ] && kill -0 "$POOL_PID" 2>/dev/null; then
+    kill -TERM "$POOL_PID" 2>/dev/null || true
+    wait "$POOL_PID" 2>/dev/null || true
+  fi
+  printf '\n==> stage times (wall seconds)\n'
+  [ -f "$STAGES" ] && awk -F'\t' '{ printf "  %-44s %6d s  %s\n", $1, $2, $3 }' "$STAGES"
+  if [ -s "$MODULES" ]; then
+    printf '  interop modules (setup, tests and teardown):\n'
+    sort -t$'\t' -k2,2nr "$MODULES" | awk -F'\t' '{ printf "    %-42s %6d s  %s tests\n", $1, $2, $3 }'
+  fi
+  printf '  %-44s %6d s  %s\n' "total" "$((SECONDS - RUN_STARTED))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+  exit $rc
+}
+trap summary EXIT
 
-step "Rust tests"
-timeout 1500 cargo test --release
+stage "installing dependencies" bash scripts/install-deps.sh
 
-step "coverage-guided fuzzing of every parser of untrusted input, 5 s per target"
-FUZZ_SECONDS=5 timeout 1200 bash scripts/fuzz.sh
+if [ $QUICK -eq 0 ]; then
+  # The shared brokers boot while cargo builds; pytest attaches to them through the state
+  # file and waits for their readiness there. They stop with this script (trap above), and
+  # by themselves after a lifetime bound if this script is killed.
+  step "starting the shared Kafka brokers in the background (log: build/test-times/brokers.log)"
+  .venv/bin/python tests/interop/brokers.py serve --state "$TIMES_DIR/brokers.json" \
+    --lifetime 3600 >"$TIMES_DIR/brokers.log" 2>&1 &
+  POOL_PID=$!
+  export KSHIM_SHARED_BROKERS="$TIMES_DIR/brokers.json"
+fi
 
-step "interop tests against Apache Kafka 4.1.1 and real clients"
-timeout 2400 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra "$@"
+stage "building kshim, its examples and tests" \
+  timeout 1500 cargo test --release --no-run
+stage "building the kshim binary and examples" \
+  timeout 600 cargo build --release --bins --examples
+stage "Rust tests" timeout 900 cargo test --release
+
+if [ $QUICK -eq 1 ]; then
+  export KSHIM_QUICK=1
+  stage "interop tests that need no broker" \
+    timeout 600 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra \
+    -m "not broker" --module-times "$MODULES" "$@"
+  exit 0
+fi
+
+stage "coverage-guided fuzzing, 5 s per target" \
+  env FUZZ_SECONDS=5 timeout 1200 bash scripts/fuzz.sh
+stage "interop tests against Apache Kafka and real clients" \
+  timeout 2400 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra \
+  --module-times "$MODULES" "$@"

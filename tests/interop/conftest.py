@@ -1,22 +1,37 @@
-"""Pytest fixtures for the interop tests: a real Kafka broker and kshim processes.
+"""Pytest fixtures for the interop tests: real Kafka brokers and kshim processes.
 
 Missing prerequisites fail loudly (never skip): a missing kshim binary names the build
 command, missing Kafka jars name the install command.
 
-    --kshim-bin PATH   (or env KSHIM_BIN)   kshim binary to test; default target/release/kshim
+Brokers come from three fixtures, and only from them:
+  kafka_broker    the shared single node (tests/interop/brokers.py)
+  kafka_trio      the shared three-node cluster (kafka_trio_faults: for a test that stops
+                  and restarts its nodes)
+  kafka_clusters  a factory of clusters of a test's (or a module's) own, for tests that stop,
+                  pause or reformat brokers or change their finalized features
+Every test that uses one of them is marked `broker`; `scripts/test.sh --quick` runs the
+others (`-m "not broker"`), and there a broker started any other way fails the test.
+
+    --kshim-bin PATH      (or env KSHIM_BIN)   kshim binary to test; default target/release/kshim
+    --module-times FILE   write each module's wall time (setup, tests, teardown) as TSV
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import brokers  # noqa: E402
 import kafka_env  # noqa: E402
+
+BROKER_FIXTURES = {"shared_brokers", "kafka_broker", "kafka_trio", "kafka_trio_faults", "kafka_clusters"}
 
 
 def pytest_addoption(parser):
@@ -26,12 +41,51 @@ def pytest_addoption(parser):
         default=None,
         help="path of the kshim binary under test (default: $KSHIM_BIN or target/release/kshim)",
     )
+    parser.addoption(
+        "--module-times",
+        action="store",
+        default=None,
+        help="write each module's wall time in seconds and test count, tab-separated, to this file",
+    )
 
 
 def pytest_configure(config):
     path = config.getoption("--kshim-bin")
     if path:
         os.environ["KSHIM_BIN"] = str(Path(path).resolve())
+    config.addinivalue_line("markers", "broker: needs a real Kafka broker (set from the fixtures it uses)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.broker)
+
+
+_module_seconds: dict[str, float] = defaultdict(float)
+_module_tests: dict[str, int] = defaultdict(int)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    started = time.monotonic()
+    yield
+    module = item.nodeid.split("::", 1)[0]
+    _module_seconds[module] += time.monotonic() - started
+    _module_tests[module] += 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _module_seconds:
+        return
+    terminalreporter.section("wall time per module")
+    for module, seconds in sorted(_module_seconds.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {_module_tests[module]:4d} tests  {module}")
+    out = config.getoption("--module-times")
+    if out:
+        Path(out).write_text(
+            "".join(f"{m}\t{round(s)}\t{_module_tests[m]}\n" for m, s in _module_seconds.items())
+        )
 
 
 @pytest.fixture(scope="session")
@@ -40,15 +94,78 @@ def kafka_jars() -> Path:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(kafka_jars):
-    """A real Apache Kafka 4.1.1 KRaft node (broker+controller) for the whole session.
+def shared_brokers(kafka_jars):
+    pool = brokers.SharedBrokers(os.environ.get("KSHIM_SHARED_BROKERS"))
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(shared_brokers):
+    """The shared Apache Kafka KRaft node (broker+controller), for the whole session.
 
     Attributes: .bootstrap ("127.0.0.1:PORT"), .log_path, .nodes, .workdir.
-    Tests that change finalized features should start their own cluster instead.
+    Never stop, pause or reformat it, nor change its finalized features: use
+    `kafka_clusters` for that.
     """
-    cluster = kafka_env.start_or_fail(kafka_env.KafkaCluster(1))
-    yield cluster
-    cluster.cleanup()
+    return kafka_env.require_or_fail(shared_brokers.get, "single")
+
+
+@pytest.fixture(scope="session")
+def kafka_trio(shared_brokers):
+    """The shared three-node cluster (inter-broker traffic on a listener of its own);
+    the same rules as `kafka_broker`."""
+    return kafka_env.require_or_fail(shared_brokers.get, "trio")
+
+
+@pytest.fixture
+def kafka_trio_faults(kafka_trio):
+    """The shared trio, for a test that stops and starts its nodes: after the test, every node
+    is running again and registered, or the test fails saying which is not."""
+    yield kafka_trio
+    try:
+        for node in kafka_trio.nodes:
+            if not node.alive():
+                kafka_trio.start_node(node.node_id)
+        kafka_trio.wait_brokers_registered()
+    except kafka_env.EnvError as e:
+        pytest.fail(f"the shared trio could not be made whole again after the test: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def librdkafka_mock():
+    """librdkafka's mock cluster of three brokers (no feature support), shared by the session:
+    tests keep apart by their own topics and kshim instances."""
+    mock = kafka_env.start_or_fail(kafka_env.MockCluster(3, lifetime_s=3600))
+    yield mock
+    mock.cleanup()
+
+
+class OwnClusters:
+    """Starts clusters of a test's or a module's own (kafka_env.KafkaCluster arguments);
+    the caller cleans each up, and whatever is left is cleaned up at the session's end."""
+
+    def __init__(self):
+        self._made: list[kafka_env.KafkaCluster] = []
+
+    def start(self, nodes: int = 1, **kwargs) -> kafka_env.KafkaCluster:
+        return self.start_cluster(kafka_env.KafkaCluster(nodes, **kwargs))
+
+    def start_cluster(self, cluster: kafka_env.KafkaCluster) -> kafka_env.KafkaCluster:
+        """Starts a cluster made elsewhere (tls_support.ssl_only_broker, say)."""
+        self._made.append(cluster)
+        return kafka_env.start_or_fail(cluster)
+
+    def cleanup(self) -> None:
+        for cluster in self._made:
+            cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def kafka_clusters(kafka_jars):
+    own = OwnClusters()
+    yield own
+    own.cleanup()
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ import atexit
 import base64
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -90,13 +91,44 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = STOP_TIMEOUT_S)
         _unregister(proc)
 
 
+class ForeignProcess:
+    """A process of this test run that another of its processes started (a shared broker of
+    tests/interop/brokers.py), with the part of Popen's interface the harness uses; signalled
+    by its PID, and waited for by polling, as it is not this process's child."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError, ProcessLookupError):
+            state = "X"
+        if state in ("Z", "X"):
+            self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.1)
+        return self.returncode
+
+
 @atexit.register
 def _stop_all_live() -> None:
+    # Whatever is left at exit is thrown away with its temp directory: no graceful stop.
     with _live_lock:
         procs = list(_live.values())
     for proc in procs:
         try:
-            stop_process(proc, timeout=10)
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
         except Exception:  # noqa: BLE001 - best effort at interpreter exit
             pass
 
@@ -374,7 +406,86 @@ def require_jars() -> Path:
 
 
 def classpath(*extra: os.PathLike | str) -> str:
-    return os.pathsep.join([*(str(e) for e in extra), str(require_jars() / "*")])
+    # The Kafka jars first: the class-data archive below holds for any classpath it starts.
+    return os.pathsep.join([str(require_jars() / "*"), *(str(e) for e in extra)])
+
+
+# --------------------------------------------------------------------------------------------
+# class-data sharing for the tool and client JVMs
+#
+# The suite starts several hundred short-lived JVMs (the Admin client, kafka-features.sh, the
+# producers and consumers); loading and verifying Kafka's classes is most of what each
+# costs. A dynamic CDS archive of those classes, written once per set of jars and JDK, makes
+# each start about a third cheaper. It is only an optimisation: if it cannot be written,
+# the JVMs run without it.
+
+CDS_DIR = REPO_ROOT / "build" / "cds"
+_cds_lock = threading.Lock()
+_cds_archive: Path | None = None
+_cds_tried = False
+
+
+def _cds_key() -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for jar in sorted(require_jars().glob("*.jar")):
+        st = jar.stat()
+        h.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    version = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    h.update(version.stderr.encode())
+    return h.hexdigest()[:16]
+
+
+def tools_cds_archive() -> Path | None:
+    """The archive for tool JVMs, written by the first caller (of any process of this run)."""
+    global _cds_archive, _cds_tried
+    with _cds_lock:
+        if _cds_tried:
+            return _cds_archive
+        _cds_tried = True
+        import fcntl
+
+        CDS_DIR.mkdir(parents=True, exist_ok=True)
+        archive = CDS_DIR / f"tools-{_cds_key()}.jsa"
+        with open(CDS_DIR / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not archive.exists():
+                _write_tools_archive(archive)
+        _cds_archive = archive if archive.exists() else None
+        return _cds_archive
+
+
+def _write_tools_archive(archive: Path) -> None:
+    # The workload: kafka-features.sh describing an address where nobody listens, which
+    # loads the tools, the Admin client and the network layer, then gives up after 1.5 s.
+    config = CDS_DIR / "dump-client.properties"
+    config.write_text("default.api.timeout.ms=1500\nrequest.timeout.ms=1000\n")
+    tmp = archive.with_suffix(f".tmp{os.getpid()}")
+    cmd = ["java", f"-XX:ArchiveClassesAtExit={tmp}", *_QUIET_CDS, "-Xmx256m", "-XX:+UseSerialGC",
+           "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={TOOLS_LOG4J}", "-cp", classpath(),
+           "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", f"127.0.0.1:{free_port()}",
+           "--command-config", str(config), "describe"]
+    try:
+        subprocess.run(cmd, capture_output=True, timeout=JAVA_TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pass
+    if tmp.exists() and tmp.stat().st_size > 0:
+        os.replace(tmp, archive)
+    else:
+        tmp.unlink(missing_ok=True)
+        import sys
+
+        sys.stderr.write(f"note: no class-data archive written ({' '.join(cmd)}); JVMs start without one\n")
+
+
+# A JVM that cannot map the archive says so on stdout; kshim's tests compare tools' output.
+_QUIET_CDS = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+
+
+def cds_args() -> list[str]:
+    archive = tools_cds_archive()
+    return [f"-XX:SharedArchiveFile={archive}", *_QUIET_CDS] if archive else []
 
 
 def _filter_noise(text: str) -> str:
@@ -408,6 +519,7 @@ def java_command(
 ) -> list[str]:
     return [
         "java",
+        *cds_args(),
         "-Xmx256m",
         "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1",
@@ -514,14 +626,87 @@ def compile_java(source: Path) -> Path:
         return out
 
 
+class FeatureInteropServer:
+    """One FeatureInterop JVM (`--serve`) that runs every FeatureInterop command of this
+    process, one at a time: a command costs milliseconds there, a JVM start about a second
+    (several on a busy machine). Started on first use; a command that times out or finds
+    the JVM gone takes it down, and the next one starts a new one."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._stderr_path: Path | None = None
+        self._lines: "queue.Queue[str | None]" = None
+
+    def run(self, args: Sequence[str], timeout: float) -> JavaResult:
+        for a in args:
+            if "\t" in a or "\n" in a:
+                raise EnvError(f"FeatureInterop argument with a tab or newline: {a!r}")
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+            stderr_mark = self._stderr_path.stat().st_size
+            try:
+                self._proc.stdin.write("\t".join(args) + "\n")
+                self._proc.stdin.flush()
+            except OSError as e:
+                self._stop()
+                raise EnvError(f"the FeatureInterop JVM is gone: {e}\n{tail(self._stderr_path)}")
+            out: list[str] = []
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    self._stop()
+                    raise EnvError(f"FeatureInterop {' '.join(args)} did not finish within {timeout}s; "
+                                   f"output so far:\n{''.join(out)}")
+                if line is None:
+                    self._stop()
+                    raise EnvError(f"the FeatureInterop JVM exited during {' '.join(args)}\n{tail(self._stderr_path)}")
+                if line.startswith('{"__exit__":'):
+                    rc = json.loads(line)["__exit__"]
+                    break
+                out.append(line)
+            with open(self._stderr_path, "rb") as f:
+                f.seek(stderr_mark)
+                err = f.read().decode(errors="replace")
+            return JavaResult(rc, _filter_noise("".join(out)), _filter_noise(err))
+
+    def _start(self) -> None:
+        classes = compile_java(FEATURE_INTEROP_SRC)
+        workdir = Path(tempfile.mkdtemp(prefix="kshim-feature-interop-"))
+        atexit.register(shutil.rmtree, workdir, True)
+        self._stderr_path = workdir / "stderr"
+        cmd = java_command(["FeatureInterop", "--serve"], extra_classpath=[classes])
+        with open(self._stderr_path, "wb") as err:
+            self._proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=err, text=True, start_new_session=True)
+        _register(self._proc)
+        lines: queue.Queue = queue.Queue()
+        self._lines = lines
+        stdout = self._proc.stdout
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True, name="feature-interop-stdout").start()
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            stop_process(self._proc, timeout=5)
+        self._proc = None
+
+
+_feature_interop = FeatureInteropServer()
+
+
 def run_feature_interop(bootstrap: str, *args: str, timeout: float = JAVA_TOOL_TIMEOUT_S) -> JavaResult:
-    """Run tests/interop/java/FeatureInterop.java against `bootstrap`."""
-    classes = compile_java(FEATURE_INTEROP_SRC)
-    return run_java(
-        ["FeatureInterop", "--bootstrap", bootstrap, *args],
-        extra_classpath=[classes],
-        timeout=timeout,
-    )
+    """Run tests/interop/java/FeatureInterop.java against `bootstrap` (in this process's
+    FeatureInterop JVM)."""
+    return _feature_interop.run(["--bootstrap", bootstrap, *args], timeout)
 
 
 def describe_features(bootstrap: str, *extra: str) -> dict:
@@ -738,6 +923,7 @@ class KafkaCluster:
         self.listener_overrides = dict(listener_overrides or {})
         self.heap = heap
         self.separate_inter_broker = separate_inter_broker
+        self.attached = False
         internal = 1 if separate_inter_broker else 0
         per_node = 2 + extra_ports + internal
         ports = free_ports(per_node * nodes)
@@ -767,17 +953,31 @@ class KafkaCluster:
         return self.nodes[0].log_path
 
     def start(self, timeout: float = KAFKA_START_TIMEOUT_S) -> "KafkaCluster":
+        if os.environ.get("KSHIM_QUICK"):
+            raise EnvError(
+                "this test starts a Kafka broker, but the quick tier (scripts/test.sh --quick) runs "
+                "only tests that need none: take it through a broker fixture of conftest.py "
+                "(kafka_broker, kafka_trio, kafka_cluster), which marks it `broker`"
+            )
         try:
             for node in self.nodes:
                 self._write_properties(node)
-                self._format(node)
+            # One StorageTool JVM per node, side by side: a few seconds each.
+            errors = []
+            threads = [threading.Thread(target=self._format_into, args=(node, errors)) for node in self.nodes]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
             for node in self.nodes:
                 self._launch(node)
             deadline = time.monotonic() + timeout
             for node in self.nodes:
                 self._wait_ready(node, deadline, timeout)
         except BaseException:
-            self.stop()
+            self.kill()
             raise
         return self
 
@@ -793,6 +993,7 @@ class KafkaCluster:
         raise KeyError(f"no node {node_id}")
 
     def stop(self) -> None:
+        self._refuse_if_attached("stop")
         # Signal every node first so that their controlled shutdowns overlap.
         for node in self.nodes:
             if node.alive():
@@ -881,10 +1082,71 @@ class KafkaCluster:
                     )
         return out
 
+    def kill(self) -> None:
+        """SIGKILL every node: for a cluster whose data is thrown away, a controlled shutdown
+        (seconds per node, longer on a loaded machine) buys nothing."""
+        for node in self.nodes:
+            if node.alive():
+                try:
+                    os.kill(node.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for node in self.nodes:
+            stop_process(node.proc, timeout=10)
+
     def cleanup(self) -> None:
-        self.stop()
+        if self.attached:
+            return  # the process that started it stops it
+        self.kill()
         if self._own_workdir and not os.environ.get("KSHIM_KEEP_TMP"):
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- handing a started cluster to another process
+
+    def state(self) -> dict:
+        """What another process needs to use this running cluster (see `attach`)."""
+        return {
+            "cluster_id": self.cluster_id,
+            "workdir": str(self.workdir),
+            "separate_inter_broker": self.separate_inter_broker,
+            "heap": self.heap,
+            "nodes": [
+                {
+                    "node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
+                    "extra_ports": n.extra_ports, "internal_port": n.internal_port, "dir": str(n.dir),
+                    "pid": n.pid,
+                }
+                for n in self.nodes
+            ],
+        }
+
+    @classmethod
+    def attach(cls, state: dict) -> "KafkaCluster":
+        """A running cluster started by another process (tests/interop/brokers.py serve).
+        `cleanup` leaves it alone, and stopping it whole is refused; a test may stop and
+        start single nodes, and must leave them running (conftest's `kafka_trio_faults`)."""
+        self = cls.__new__(cls)
+        self.cluster_id = state["cluster_id"]
+        self._own_workdir = False
+        self.workdir = Path(state["workdir"])
+        self.format_args = []
+        self.extra_properties = {}
+        self.listener_overrides = {}
+        self.heap = state["heap"]
+        self.separate_inter_broker = state["separate_inter_broker"]
+        self.attached = True
+        self.nodes = []
+        for n in state["nodes"]:
+            d = Path(n["dir"])
+            node = KafkaNode(
+                node_id=n["node_id"], port=n["port"], controller_port=n["controller_port"], dir=d,
+                properties_path=d / "server.properties", log_path=d / "server.log",
+                console_path=d / "console.log", extra_ports=list(n["extra_ports"]),
+                internal_port=n["internal_port"],
+            )
+            node.proc = ForeignProcess(n["pid"])
+            self.nodes.append(node)
+        return self
 
     def __enter__(self) -> "KafkaCluster":
         return self.start()
@@ -893,6 +1155,10 @@ class KafkaCluster:
         self.cleanup()
 
     # -- internals
+
+    def _refuse_if_attached(self, what: str) -> None:
+        if self.attached:
+            raise EnvError(f"a test tried to {what} a shared cluster ({self.bootstrap})")
 
     def _voters(self) -> str:
         return ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
@@ -939,6 +1205,12 @@ class KafkaCluster:
             )
         props.update(self.extra_properties)
         node.properties_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _format_into(self, node: KafkaNode, errors: list) -> None:
+        try:
+            self._format(node)
+        except EnvError as e:
+            errors.append(e)
 
     def _format(self, node: KafkaNode) -> None:
         cmd = [

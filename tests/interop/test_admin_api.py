@@ -95,10 +95,9 @@ def extra(certs) -> dict[str, tuple[Path, Path]]:
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_jars, certs, extra):
+def cluster(kafka_clusters, certs, extra):
     """One node whose client listener is TLS only, with client certificates required."""
-    c = ssl_only_broker(certs.dir / "broker.p12", truststore=certs.truststore)
-    ke.start_or_fail(c)
+    c = kafka_clusters.start_cluster(ssl_only_broker(certs.dir / "broker.p12", truststore=certs.truststore))
     yield c
     c.cleanup()
 

@@ -30,10 +30,10 @@ def _finalized(bootstrap: str) -> dict[str, int]:
     return {k: v["max_version_level"] for k, v in finalized.items() if k != "epoch"}
 
 
-def test_update_features_agrees_with_the_real_broker(kafka_jars, kshim_factory):
+def test_update_features_agrees_with_the_real_broker(kafka_clusters, kshim_factory):
     assert DIFFERENTIAL.is_file(), f"{DIFFERENTIAL} missing: run `cargo build --release --examples`"
     # This test changes finalized features, so it gets a broker of its own.
-    broker = kafka_env.start_or_fail(kafka_env.KafkaCluster(1))
+    broker = kafka_clusters.start(1)
     try:
         levels = _finalized(broker.bootstrap)
         assert levels["metadata.version"] == 27, levels

@@ -518,7 +518,16 @@ def kshim_on_path(kshim_binary, tmp_path_factory) -> Path:
     return bindir
 
 
-@pytest.mark.parametrize("page,block", runnable(), ids=[b.where for _, b in runnable()])
+def shell_block_params() -> list:
+    """Each runnable block; those run in front of the Kafka broker are marked `broker`."""
+    return [
+        pytest.param(page, block, id=block.where,
+                     marks=[pytest.mark.broker] if env_kind(block.markers["run"]) == "compose" else [])
+        for page, block in runnable()
+    ]
+
+
+@pytest.mark.parametrize("page,block", shell_block_params())
 def test_shell_block(page, block, request, kshim_factory, kshim_on_path, etc_kshim, tmp_path):
     env = start_env(block.markers["run"], page, block, request, kshim_factory, etc_kshim)
     for name, text in page_files(page, block).items():

@@ -462,12 +462,8 @@ kshim_owned = ["kshim.*"]
 
 
 @pytest.fixture(scope="class")
-def mock():
-    m = ke.start_or_fail(ke.MockCluster(3))
-    try:
-        yield m
-    finally:
-        m.cleanup()
+def mock(librdkafka_mock):
+    return librdkafka_mock
 
 
 class TestMockCluster:
@@ -497,16 +493,15 @@ class TestMockCluster:
 
 
 @pytest.fixture(scope="class")
-def three_nodes(kafka_jars):
+def three_nodes(kafka_clusters):
     """Three combined nodes, group.version left unfinalized; a paused broker stays registered
     for two minutes, and a broker gives up on a request to a paused controller after 5 s (not
     30). Class-scoped: gone before the 1-node cluster starts."""
-    c = ke.KafkaCluster(
+    c = kafka_clusters.start(
         3,
         format_args=["--feature", "group.version=0"],
         extra_properties={"broker.session.timeout.ms": "120000", "controller.socket.timeout.ms": "5000"},
     )
-    ke.start_or_fail(c)
     try:
         ke.require_or_fail(c.wait_brokers_registered, None, 90)
         yield c
@@ -669,16 +664,15 @@ kshim_owned = ["streams.version"]
 
 
 @pytest.fixture(scope="class")
-def one_node(kafka_jars):
+def one_node(kafka_clusters):
     """One node that advertises unstable feature versions (streams.version 0-1); its own
     finalized levels are those of 4.1-IV1 with streams.version 0, so that it also starts
     without the flag."""
-    c = ke.KafkaCluster(
+    c = kafka_clusters.start(
         1,
         format_args=["--release-version", "4.1-IV1", "--feature", "streams.version=0"],
         extra_properties={UNSTABLE: "true"},
     )
-    ke.start_or_fail(c)
     try:
         yield c
     finally:

@@ -41,9 +41,9 @@ ADMIN_TOKEN = "stress-token"
 
 
 @pytest.fixture(scope="module")
-def pausable_broker(kafka_jars):
+def pausable_broker(kafka_clusters):
     """A broker of these tests' own: they stop it with SIGSTOP."""
-    cluster = kafka_env.start_or_fail(kafka_env.KafkaCluster(1))
+    cluster = kafka_clusters.start(1)
     yield cluster
     pid = cluster.node(1).pid
     if pid:

@@ -56,7 +56,25 @@ class Target:
         return levels(self.describe())
 
     def update(self, *updates: tuple[str, int, str], validate_only: bool = False) -> dict[str, dict]:
-        return ke.update_features(self.bootstrap, list(updates), validate_only=validate_only, extra=self.extra)
+        results = ke.update_features(self.bootstrap, list(updates), validate_only=validate_only, extra=self.extra)
+        if not validate_only:
+            self._wait_applied({name: level for name, level, _ in updates if results[name]["result"] == "ok"})
+        return results
+
+    def _wait_applied(self, applied: dict[str, int]) -> None:
+        """A broker answers UpdateFeatures once its controller has committed the change, and
+        serves the new levels in ApiVersions once it has applied that record to its own
+        metadata a moment later (kshim serves them before it answers): wait for that."""
+        if not applied:
+            return
+
+        def served() -> bool:
+            now = levels(self.describe())
+            return all(now.get(name, 0) == level for name, level in applied.items())
+
+        if not ke.wait_until(served, timeout=15, interval=0.05):
+            pytest.fail(f"{self}: finalized levels {self.levels()} do not show the applied {applied} after 15 s",
+                        pytrace=False)
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.bootstrap}>"
@@ -80,10 +98,9 @@ def assert_error(results: dict[str, dict], feature: str, error: str, message: st
 
 
 @pytest.fixture(scope="module")
-def admin_broker(kafka_jars):
+def admin_broker(kafka_clusters):
     """A broker of its own: these tests change its finalized features."""
-    cluster = ke.KafkaCluster(1)
-    ke.start_or_fail(cluster)
+    cluster = kafka_clusters.start(1)
     yield cluster
     cluster.cleanup()
 
@@ -370,23 +387,22 @@ def _check_dependency_on_metadata_version(target: Target) -> None:
 
 
 @pytest.fixture(scope="module")
-def old_broker_start(kafka_jars) -> dict:
+def old_broker(kafka_clusters):
+    """A node formatted with --release-version 3.9-IV0, and its starting state (taken before
+    any test changes it)."""
+    cluster = kafka_clusters.start(1, format_args=["--release-version", "3.9-IV0"])
+    yield cluster, ke.describe_features(cluster.bootstrap)
+    cluster.cleanup()
+
+
+@pytest.fixture(scope="module")
+def old_broker_start(old_broker) -> dict:
     """The starting state of a node formatted with --release-version 3.9-IV0."""
-    cluster = ke.KafkaCluster(1, format_args=["--release-version", "3.9-IV0"])
-    ke.start_or_fail(cluster)
-    try:
-        return ke.describe_features(cluster.bootstrap)
-    finally:
-        cluster.cleanup()
+    return old_broker[1]
 
 
-def test_dependency_on_metadata_version_broker(kafka_jars):
-    cluster = ke.KafkaCluster(1, format_args=["--release-version", "3.9-IV0"])
-    ke.start_or_fail(cluster)
-    try:
-        _check_dependency_on_metadata_version(Target("broker", cluster.bootstrap))
-    finally:
-        cluster.cleanup()
+def test_dependency_on_metadata_version_broker(old_broker):
+    _check_dependency_on_metadata_version(Target("broker", old_broker[0].bootstrap))
 
 
 def test_dependency_on_metadata_version_kshim(kshim_factory, old_broker_start):
@@ -426,10 +442,10 @@ def sasl_props(user: str) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def authz_broker(kafka_jars):
+def authz_broker(kafka_clusters):
     """A broker with StandardAuthorizer: PLAIN users on a SASL listener, no ACLs, admin is super."""
     users = " ".join(f'user_{u}="{p}"' for u, p in SASL_USERS.items())
-    cluster = ke.KafkaCluster(
+    cluster = kafka_clusters.start(
         1,
         extra_ports=1,
         listener_overrides={
@@ -447,7 +463,6 @@ def authz_broker(kafka_jars):
             "super.users": "User:ANONYMOUS;User:admin",
         },
     )
-    ke.start_or_fail(cluster)
     yield cluster
     cluster.cleanup()
 
@@ -587,10 +602,9 @@ def run_transcript(bootstrap: str) -> list[tuple[list[str], int, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def broker_transcript(kafka_jars):
+def broker_transcript(kafka_clusters):
     """The whole transcript against a freshly formatted broker, with its starting state."""
-    cluster = ke.KafkaCluster(1)
-    ke.start_or_fail(cluster)
+    cluster = kafka_clusters.start(1)
     try:
         start = ke.describe_features(cluster.bootstrap)
         steps = run_transcript(cluster.bootstrap)

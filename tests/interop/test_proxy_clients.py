@@ -52,14 +52,6 @@ assert TARGET in ("kshim", "broker"), f"KSHIM_PROXY_TARGET must be kshim or brok
 N = 200  # messages per client run
 CLIENT_TIMEOUT_S = 60
 
-BROKER_PROPERTIES = {
-    # KIP-848 members learn about a new target assignment only when they heartbeat; the default
-    # 5 s interval would make the rebalance tests slow.
-    "group.consumer.heartbeat.interval.ms": "1000",
-    "group.consumer.min.heartbeat.interval.ms": "1000",
-    "group.consumer.session.timeout.ms": "45000",
-}
-
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -260,22 +252,20 @@ class Guard:
         )
 
 
-def start_proxied(nodes: int, request) -> Proxied:
-    cluster = ke.KafkaCluster(nodes, separate_inter_broker=True, extra_properties=BROKER_PROPERTIES)
-    ke.start_or_fail(cluster)
+def start_proxied(cluster: ke.KafkaCluster, request) -> Proxied:
+    """kshim in front of `cluster` (a shared one: the tests keep apart by their own topics)."""
     kshim = None
     ports: dict[int, int] = {}
+    nodes = len(cluster.nodes)
     if TARGET == "kshim":
         try:
             ports = dict(zip((n.node_id for n in cluster.nodes), ke.free_ports(nodes)))
             kshim = ke.KshimProcess(upstream=cluster.bootstrap, listener_ports=ports, refresh_interval_ms=1000)
         except ke.EnvError as e:
-            cluster.cleanup()
             pytest.fail(str(e), pytrace=False)
         try:
             kshim.start()
         except ke.EnvError as e:
-            cluster.cleanup()
             kshim.cleanup()
             pytest.fail(str(e), pytrace=False)
     return Proxied(cluster, kshim, ports)
@@ -288,7 +278,6 @@ def stop_proxied(env: Proxied, request) -> None:
         if failed or os.environ.get("KSHIM_KEEP_TMP"):
             sys.stderr.write(f"\n--- {env.kshim.log_path} (last lines)\n{ke.tail(env.kshim.log_path, 60)}\n")
         env.kshim.cleanup()
-    env.cluster.cleanup()
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,10 +404,10 @@ TOPICS = {
 
 
 @pytest.fixture(scope="class")
-def env(request, kafka_jars):
-    """The cluster (request.cls.NODES nodes) with kshim in front, and the suite's topics."""
+def env(request, shared_brokers):
+    """The shared cluster of request.cls.NODES nodes with kshim in front, and the suite's topics."""
     nodes = request.cls.NODES
-    env = start_proxied(nodes, request)
+    env = start_proxied(request.getfixturevalue("kafka_broker" if nodes == 1 else "kafka_trio"), request)
     try:
         specs = [f"{env.topic(name)}:{parts}:{env.rf}" for name, parts in TOPICS.items()]
         if nodes >= 3:
@@ -704,7 +693,7 @@ print(json.dumps({"brokers": sorted([b.id, b.host, b.port] for b in md.brokers.v
 class TestThreeNodes(ProxyClientSuite):
     NODES = 3
 
-    def test_broker_restart_during_produce_consume(self, env, guard, tmp_path):
+    def test_broker_restart_during_produce_consume(self, env, guard, tmp_path, kafka_trio_faults):
         """Node 2 is stopped and started again while a producer (acks=all, idempotent) and a
         consumer run through kshim against a topic with RF 3 and min.insync.replicas 2."""
         topic, prefix = env.topic("restart"), f"restart-{uid()}"
@@ -783,10 +772,8 @@ class TestThreeNodes(ProxyClientSuite):
 
 
 @pytest.fixture(scope="class")
-def mock():
-    m = ke.start_or_fail(ke.MockCluster(3))
-    yield m
-    m.cleanup()
+def mock(librdkafka_mock):
+    return librdkafka_mock
 
 
 @pytest.fixture(scope="class")

@@ -63,9 +63,9 @@ def proxy_config(broker: kafka_env.KafkaCluster, extra: str = "") -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_jars):
+def cluster(kafka_clusters):
     """A node of our own: these tests change its finalized features."""
-    c = kafka_env.start_or_fail(kafka_env.KafkaCluster(1))
+    c = kafka_clusters.start(1)
     yield c
     c.cleanup()
 
@@ -191,63 +191,61 @@ def metadata_request() -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def test_upstream_away_then_back(kshim_factory, kafka_jars):
+def test_upstream_away_then_back(kshim_factory, cluster):
     """The whole upstream goes away: kshim stays up, answers ApiVersions from its cache (also
     after its own restart), logs it once, is not ready (but live) meanwhile, and picks the
-    upstream up again by itself."""
-    c = kafka_env.start_or_fail(kafka_env.KafkaCluster(1))
-    try:
-        admin_port = kafka_env.free_port()
-        token = "readiness-token"
-        proxy = kshim_factory(proxy_config(c, f'[admin]\nlisten = "127.0.0.1:{admin_port}"\ntoken = "{token}"\n'))
-        admin = kafka_env.AdminApi(admin_port, token)
-        assert admin.call("GET", "/readyz")[0] == 200
-        seen = kafka_env.api_versions(proxy.bootstrap)
-        assert seen.finalized["metadata.version"] == (27, 27)
-        node = c.nodes[0]
-        kafka_env.stop_process(node.proc)
-        assert kafka_env.wait_until(lambda: "keeps serving ApiVersions from its cached view" in proxy.log_path.read_text(), timeout=15)
-        cached = kafka_env.api_versions(proxy.bootstrap)
-        assert cached.finalized == seen.finalized and cached.finalized_epoch == seen.finalized_epoch
-        assert proxy.alive()
-        # Not ready while the upstream is away; still live.
-        assert kafka_env.wait_until(lambda: admin.call("GET", "/readyz")[0] == 503, timeout=15)
-        status, ready = admin.call("GET", "/readyz")
-        assert ready["checks"]["upstream_reachable"] is False and "stopped answering" in ready["checks"]["upstream"], ready
-        assert admin.call("GET", "/livez") == (200, {"status": "ok"})
-        # A client reconnecting in a loop against the dead broker's listener: one warning for
-        # the cause, not one per attempt.
-        for _ in range(6):
-            kafka_env.api_versions(proxy.bootstrap)
-            with socket.create_connection(("127.0.0.1", int(proxy.bootstrap.rsplit(":", 1)[1])), timeout=5) as s:
-                s.sendall(metadata_request())
-                s.settimeout(5)
-                try:
-                    s.recv(4)
-                except OSError:
-                    pass
-        refused = [line for line in proxy.log_path.read_text().splitlines()
-                   if " WARN " in line and "upstream connection to" in line and "failed" in line]
-        causes = {re.sub(r"^.*?(upstream connection to)", r"\1", line).split(" (")[0] for line in refused}
-        assert refused and len(refused) == len(causes), refused
+    upstream up again by itself. It stops the module's node and starts it again; last here,
+    so that no other test sees it stopped should it fail."""
+    c = cluster
+    admin_port = kafka_env.free_port()
+    token = "readiness-token"
+    proxy = kshim_factory(proxy_config(c, f'[admin]\nlisten = "127.0.0.1:{admin_port}"\ntoken = "{token}"\n'))
+    admin = kafka_env.AdminApi(admin_port, token)
+    assert admin.call("GET", "/readyz")[0] == 200
+    seen = kafka_env.api_versions(proxy.bootstrap)
+    assert seen.finalized["metadata.version"] == (27, 27)
+    node = c.nodes[0]
+    kafka_env.stop_process(node.proc)
+    assert kafka_env.wait_until(lambda: "keeps serving ApiVersions from its cached view" in proxy.log_path.read_text(), timeout=15)
+    cached = kafka_env.api_versions(proxy.bootstrap)
+    assert cached.finalized == seen.finalized and cached.finalized_epoch == seen.finalized_epoch
+    assert proxy.alive()
+    # Not ready while the upstream is away; still live.
+    assert kafka_env.wait_until(lambda: admin.call("GET", "/readyz")[0] == 503, timeout=15)
+    status, ready = admin.call("GET", "/readyz")
+    assert ready["checks"]["upstream_reachable"] is False and "stopped answering" in ready["checks"]["upstream"], ready
+    assert admin.call("GET", "/livez") == (200, {"status": "ok"})
+    # A client reconnecting in a loop against the dead broker's listener: one warning for
+    # the cause, not one per attempt.
+    for _ in range(6):
+        kafka_env.api_versions(proxy.bootstrap)
+        with socket.create_connection(("127.0.0.1", int(proxy.bootstrap.rsplit(":", 1)[1])), timeout=5) as s:
+            s.sendall(metadata_request())
+            s.settimeout(5)
+            try:
+                s.recv(4)
+            except OSError:
+                pass
+    refused = [line for line in proxy.log_path.read_text().splitlines()
+               if " WARN " in line and "upstream connection to" in line and "failed" in line]
+    causes = {re.sub(r"^.*?(upstream connection to)", r"\1", line).split(" (")[0] for line in refused}
+    assert refused and len(refused) == len(causes), refused
 
-        proxy.restart()
-        after_restart = kafka_env.api_versions(proxy.bootstrap)
-        assert after_restart.finalized == seen.finalized, "the mirror survives a restart"
-        # Until the upstream answers, a restarted kshim offers only what it serves itself, and
-        # says why in its log.
-        assert set(after_restart.api_keys) == {18, 57}, after_restart.api_keys
-        assert kafka_env.wait_until(
-            lambda: "connected while no upstream broker has answered yet" in proxy.log_path.read_text(), timeout=10)
-        status, ready = admin.call("GET", "/readyz")
-        assert status == 503 and ready["checks"]["upstream"] == "no upstream broker has answered yet", ready
+    proxy.restart()
+    after_restart = kafka_env.api_versions(proxy.bootstrap)
+    assert after_restart.finalized == seen.finalized, "the mirror survives a restart"
+    # Until the upstream answers, a restarted kshim offers only what it serves itself, and
+    # says why in its log.
+    assert set(after_restart.api_keys) == {18, 57}, after_restart.api_keys
+    assert kafka_env.wait_until(
+        lambda: "connected while no upstream broker has answered yet" in proxy.log_path.read_text(), timeout=10)
+    status, ready = admin.call("GET", "/readyz")
+    assert status == 503 and ready["checks"]["upstream"] == "no upstream broker has answered yet", ready
 
-        c._launch(node)
-        c._wait_ready(node, time.monotonic() + kafka_env.KAFKA_START_TIMEOUT_S, kafka_env.KAFKA_START_TIMEOUT_S)
-        # Produce (key 0) is advertised only once kshim has seen the upstream's own table.
-        assert kafka_env.wait_until(lambda: 0 in kafka_env.api_versions(proxy.bootstrap).api_keys, timeout=30)
-        assert kafka_env.wait_until(lambda: "upstream reachable again" in proxy.log_path.read_text()
-                                    or admin.call("GET", "/readyz")[0] == 200, timeout=30)
-        assert kafka_env.wait_until(lambda: admin.call("GET", "/readyz")[0] == 200, timeout=30)
-    finally:
-        c.cleanup()
+    c._launch(node)
+    c._wait_ready(node, time.monotonic() + kafka_env.KAFKA_START_TIMEOUT_S, kafka_env.KAFKA_START_TIMEOUT_S)
+    # Produce (key 0) is advertised only once kshim has seen the upstream's own table.
+    assert kafka_env.wait_until(lambda: 0 in kafka_env.api_versions(proxy.bootstrap).api_keys, timeout=30)
+    assert kafka_env.wait_until(lambda: "upstream reachable again" in proxy.log_path.read_text()
+                                or admin.call("GET", "/readyz")[0] == 200, timeout=30)
+    assert kafka_env.wait_until(lambda: admin.call("GET", "/readyz")[0] == 200, timeout=30)

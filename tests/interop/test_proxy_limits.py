@@ -28,9 +28,10 @@ import json, sys
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 bootstrap, topic, count, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+expect, give_up_ms = int(sys.argv[5]), int(sys.argv[6])
 try:
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=8000,
-                      max_block_ms=8000)
+                      max_block_ms=give_up_ms, bootstrap_timeout_ms=give_up_ms)
     failures = 0
     for i in range(count):
         try:
@@ -42,7 +43,13 @@ try:
     p.close()
     c = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                       consumer_timeout_ms=8000)
-    got = sum(1 for _ in c)
+    got = 0
+    for _ in c:
+        got += 1
+        if got >= expect:
+            break
+    # Anything beyond what was expected arrives with the records before it.
+    got += sum(len(batch) for batch in c.poll(timeout_ms=300).values())
     c.close()
     print(json.dumps({"sent": count, "failures": failures, "got": got}))
 except Exception as e:
@@ -50,9 +57,14 @@ except Exception as e:
 """
 
 
-def produce_consume(bootstrap: str, topic: str, count: int = 20, pause: float = 0.0) -> dict:
+def produce_consume(bootstrap: str, topic: str, count: int = 20, pause: float = 0.0, *,
+                    expect: int | None = None, give_up_ms: int = 8000) -> dict:
+    """Produces `count` records, then consumes the topic from its start until `expect` records
+    (default `count`) have come, or 8 s pass without one. The producer gives up on its
+    bootstrap or on a metadata fetch after `give_up_ms`."""
     cp = subprocess.run(
-        [sys.executable, "-c", PRODUCE_CONSUME, bootstrap, topic, str(count), str(pause)],
+        [sys.executable, "-c", PRODUCE_CONSUME, bootstrap, topic, str(count), str(pause),
+         str(count if expect is None else expect), str(give_up_ms)],
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
     lines = [line for line in cp.stdout.splitlines() if line.startswith("{")]
@@ -113,11 +125,11 @@ port_base = 0
     host, port = kafka_env.split_hostport(proc.bootstrap)
     extra = socket.create_connection((host, port), timeout=5)
     assert closed_by_kshim(extra, 3.0), "the 13th connection was not refused"
-    refused = produce_consume(proc.bootstrap, topic, count=1)
+    refused = produce_consume(proc.bootstrap, topic, count=1, give_up_ms=3000)
     assert "error" in refused or refused.get("failures") == 1, refused
     for s in held:
         s.close()
-    again = produce_consume(proc.bootstrap, topic)
+    again = produce_consume(proc.bootstrap, topic, expect=40)
     assert again.get("failures") == 0 and again.get("got") == 40, again
     assert proc.alive()
 

@@ -358,9 +358,9 @@ def report_kshim_log(request, proc: ke.KshimProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(kafka_jars):
+def broker(kafka_clusters):
     """One Kafka 4.1.1 node at metadata.version 25 (4.0-IV3), for (a)-(c)."""
-    c = ke.start_or_fail(ke.KafkaCluster(1, format_args=["--release-version", "4.0-IV3"]))
+    c = kafka_clusters.start(1, format_args=["--release-version", "4.0-IV3"])
     yield c
     c.cleanup()
 
@@ -772,9 +772,9 @@ def test_upgrade_audit_sees_topics_made_directly_on_the_broker(broker, proxy):
 # (d) the feature-upgrade audit
 
 
-def test_metadata_version_upgrade_is_audited(kafka_jars, kshim_factory):
-    cluster = ke.start_or_fail(ke.KafkaCluster(
-        1, format_args=["--release-version", "4.0-IV3"], extra_properties={"log.segment.bytes": BAD_BROKER_SEGMENT}))
+def test_metadata_version_upgrade_is_audited(kafka_clusters, kshim_factory):
+    cluster = kafka_clusters.start(
+        1, format_args=["--release-version", "4.0-IV3"], extra_properties={"log.segment.bytes": BAD_BROKER_SEGMENT})
     try:
         audit_scenario(cluster, kshim_factory(POLICY_AUDIT, upstream=cluster.bootstrap, refresh_interval_ms=500))
     finally:

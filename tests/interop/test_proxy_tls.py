@@ -70,22 +70,22 @@ def certs(tmp_path_factory) -> Certs:
 
 
 @pytest.fixture(scope="module")
-def cluster(kafka_jars):
-    c = ke.start_or_fail(ke.KafkaCluster(1))
-    try:
-        suffix = uid()
-        c.topics = {name: f"tls-{name}-{suffix}" for name in TOPICS}
-        args = ["admin", "--bootstrap", c.bootstrap]
-        for name, parts in TOPICS.items():
-            args += ["--create", f"{c.topics[name]}:{parts}:1"]
-        out = java(*args, props={})
-        bad = {k: v for k, v in out["created"].items() if v != "ok"}
-        assert not bad, f"creating the test topics failed: {bad}"
-    except BaseException:
-        c.cleanup()
-        raise
-    yield c
-    c.cleanup()
+def cluster(kafka_broker):
+    """The shared broker; this module's topics carry a suffix of their own."""
+    return kafka_broker
+
+
+@pytest.fixture(scope="module")
+def topics(cluster) -> dict[str, str]:
+    suffix = uid()
+    names = {name: f"tls-{name}-{suffix}" for name in TOPICS}
+    args = ["admin", "--bootstrap", cluster.bootstrap]
+    for name, parts in TOPICS.items():
+        args += ["--create", f"{names[name]}:{parts}:1"]
+    out = java(*args, props={})
+    bad = {k: v for k, v in out["created"].items() if v != "ok"}
+    assert not bad, f"creating the test topics failed: {bad}"
+    return names
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +108,8 @@ def mtls_proxy(cluster, certs, kshim_binary, request):
 # (a) TLS without client authentication: every client through kshim
 
 
-def test_kafka_python_over_tls(cluster, certs, tls_proxy):
-    topic, prefix = cluster.topics["kafka-python"], f"kp-{uid()}"
+def test_kafka_python_over_tls(cluster, topics, certs, tls_proxy):
+    topic, prefix = topics["kafka-python"], f"kp-{uid()}"
     out = run_python(KP_PRODUCE_CONSUME, tls_proxy.bootstrap, topic, f"g-{uid()}", prefix, str(N),
                      json.dumps(kp_ssl(certs)))
     assert_exactly(out["acked"], values(prefix), "kafka-python acknowledged")
@@ -117,8 +117,8 @@ def test_kafka_python_over_tls(cluster, certs, tls_proxy):
     assert_only_kshim(out["brokers"], tls_proxy, cluster, "kafka-python describe_cluster")
 
 
-def test_confluent_kafka_over_tls(cluster, certs, tls_proxy):
-    topic, prefix = cluster.topics["confluent"], f"ck-{uid()}"
+def test_confluent_kafka_over_tls(cluster, topics, certs, tls_proxy):
+    topic, prefix = topics["confluent"], f"ck-{uid()}"
     out = run_python(CK_PRODUCE_CONSUME, tls_proxy.bootstrap, topic, f"g-{uid()}", prefix, str(N),
                      json.dumps(ck_ssl(certs)))
     assert out["failed"] == [] and out["unflushed"] == 0, out
@@ -128,9 +128,9 @@ def test_confluent_kafka_over_tls(cluster, certs, tls_proxy):
     assert not [e for e in out["errors"] if re.search(r"SSL handshake|certificate|alert", e)], out["errors"]
 
 
-def test_kcat_over_tls(cluster, certs, tls_proxy):
+def test_kcat_over_tls(cluster, topics, certs, tls_proxy):
     kcat = ke.require_or_fail(require_tool, "kcat")
-    topic, prefix = cluster.topics["kcat"], f"kcat-{uid()}"
+    topic, prefix = topics["kcat"], f"kcat-{uid()}"
     sec = ["-X", "security.protocol=ssl", "-X", f"ssl.ca.location={certs.ca}"]
     want = values(prefix)
     res = run([kcat, "-P", "-b", tls_proxy.bootstrap, "-t", topic, *sec, "-X", "acks=all",
@@ -147,8 +147,8 @@ def test_kcat_over_tls(cluster, certs, tls_proxy):
     assert_only_kshim(brokers, tls_proxy, cluster, "kcat -L")
 
 
-def test_java_producer_consumer_over_tls(cluster, certs, tls_proxy):
-    topic, prefix = cluster.topics["java"], f"java-{uid()}"
+def test_java_producer_consumer_over_tls(cluster, topics, certs, tls_proxy):
+    topic, prefix = topics["java"], f"java-{uid()}"
     props = java_ssl(certs)
     out = java("produce", "--bootstrap", tls_proxy.bootstrap, "--topic", topic, "--count", N, "--prefix", prefix,
                "--idempotent", props=props)
@@ -208,8 +208,8 @@ def test_s_client_verifies_server_certificate(certs, tls_proxy):
 # (d) client certificates
 
 
-def test_mtls_clients_with_certificate(cluster, certs, mtls_proxy):
-    topic, prefix = cluster.topics["mtls-confluent"], f"mck-{uid()}"
+def test_mtls_clients_with_certificate(cluster, topics, certs, mtls_proxy):
+    topic, prefix = topics["mtls-confluent"], f"mck-{uid()}"
     out = run_python(CK_PRODUCE_CONSUME, mtls_proxy.bootstrap, topic, f"g-{uid()}", prefix, str(N),
                      json.dumps(ck_ssl(certs, certs.alice, certs.alice_key)))
     assert out["failed"] == [] and out["unflushed"] == 0, out
@@ -217,7 +217,7 @@ def test_mtls_clients_with_certificate(cluster, certs, mtls_proxy):
     assert_exactly(out["records"], values(prefix), "confluent-kafka (alice) consumer")
     assert_only_kshim(out["brokers"], mtls_proxy, cluster, "confluent-kafka (alice)")
 
-    topic, prefix = cluster.topics["mtls-kafka-python"], f"mkp-{uid()}"
+    topic, prefix = topics["mtls-kafka-python"], f"mkp-{uid()}"
     out = run_python(KP_PRODUCE_CONSUME, mtls_proxy.bootstrap, topic, f"g-{uid()}", prefix, str(N),
                      json.dumps(kp_ssl(certs, certs.alice, certs.alice_key)))
     assert_exactly(out["acked"], values(prefix), "kafka-python (alice) acknowledged")
@@ -250,7 +250,8 @@ def test_mtls_refuses_clients_without_trusted_certificate(certs, mtls_proxy, who
     assert "alert" in res.stderr, f"s_client -tls1_2 ({who}) reports no alert from kshim: {res}"
     out = java("admin", "--bootstrap", mtls_proxy.bootstrap,
                props={**java_ssl(certs, None if cert is None else certs.mallory_keystore),
-                      "default.api.timeout.ms": "10000", "request.timeout.ms": "5000"},
+                      # Refused: it gives up after 3 s of retrying.
+                      "default.api.timeout.ms": "3000", "request.timeout.ms": "2000"},
                timeout=40, allow_error=True)
     assert "error" in out, f"Java Admin ({who}) described the cluster: {out}"
 

@@ -16,9 +16,18 @@
 //
 // Exit status: 0 when the command ran (even if updates failed), 1 on a usage error,
 // 2 when describe failed (one JSON line {"error":...,"message":...} on stdout).
+//
+// With --serve as the only argument it runs one command per line read from stdin, the
+// arguments separated by tabs, in this one JVM (the test suite sends hundreds, and a JVM
+// start costs more than the command); after each command's output it prints the line
+//   {"__exit__":STATUS}
+// and it ends at the end of stdin.
 
+import java.io.BufferedReader;
 import java.io.FileInputStream;
 import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -53,7 +62,51 @@ public class FeatureInterop {
         }
     }
 
+    /** A usage error: the message goes to stderr with the usage line, and the status is 1. */
+    private static final class UsageError extends RuntimeException {
+        UsageError(String message) {
+            super(message);
+        }
+    }
+
     public static void main(String[] argv) throws Exception {
+        if (argv.length == 1 && argv[0].equals("--serve")) {
+            serve();
+            return;
+        }
+        int rc = runReportingUsage(argv);
+        System.out.flush();
+        System.exit(rc);
+    }
+
+    private static void serve() throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            int rc;
+            try {
+                rc = runReportingUsage(line.isEmpty() ? new String[0] : line.split("\t", -1));
+            } catch (Exception e) {
+                System.err.println("FeatureInterop: " + e);
+                rc = 3;
+            }
+            System.out.println("{\"__exit__\":" + rc + "}");
+            System.out.flush();
+        }
+    }
+
+    private static int runReportingUsage(String[] argv) throws Exception {
+        try {
+            return run(argv);
+        } catch (UsageError e) {
+            System.err.println("FeatureInterop: " + e.getMessage());
+            System.err.println("usage: FeatureInterop --bootstrap HOST:PORT [--prop k=v]... [--command-config FILE]"
+                + " [--timeout-ms N] describe | update --feature NAME=LEVEL [--type TYPE]... [--validate-only]");
+            return 1;
+        }
+    }
+
+    private static int run(String[] argv) throws Exception {
         String bootstrap = null;
         Properties props = new Properties();
         int timeoutMs = 30_000;
@@ -133,8 +186,7 @@ public class FeatureInterop {
                 rc = update(admin, updates, validateOnly, timeoutMs);
             }
         }
-        System.out.flush();
-        System.exit(rc);
+        return rc;
     }
 
     private static int describe(Admin admin, int timeoutMs) throws InterruptedException {
@@ -248,9 +300,6 @@ public class FeatureInterop {
     }
 
     private static void usage(String msg) {
-        System.err.println("FeatureInterop: " + msg);
-        System.err.println("usage: FeatureInterop --bootstrap HOST:PORT [--prop k=v]... [--command-config FILE]"
-            + " [--timeout-ms N] describe | update --feature NAME=LEVEL [--type TYPE]... [--validate-only]");
-        System.exit(1);
+        throw new UsageError(msg);
     }
 }
