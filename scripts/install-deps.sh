@@ -2,7 +2,7 @@
 # Installs everything the interop tests need, and nothing twice:
 #   - Debian packages kcat, openssl and socat (and a JDK, Maven, python3-venv when those are
 #     missing); socat is the plain TCP relay of scripts/bench-proxy.sh
-#   - .venv with pytest, kafka-python, confluent-kafka, prometheus-client
+#   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
 #     (kshim-go-probe, kshim-go-client) built into build/bin/
@@ -24,6 +24,7 @@ CARGO_FUZZ_VERSION="0.13.2"
 
 PY_PACKAGES=(
   "pytest==9.2.0"
+  "pytest-xdist==3.8.0"
   "kafka-python==3.0.12"
   "confluent-kafka==2.16.1"
   "prometheus-client==0.26.0"

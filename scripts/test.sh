@@ -7,7 +7,8 @@
 #     3. cargo build --release    builds kshim, its examples and the tests
 #     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
 #     5. scripts/fuzz.sh          (builds the cargo-fuzz targets, runs each 5 s from its seeds)
-#     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front)
+#     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front),
+#                                 in two workers, then the tests marked `alone` by themselves
 #   scripts/test.sh --quick    for every small change, a few minutes: steps 3 and 4, then the
 #                              interop tests that need no Kafka broker
 #
@@ -24,11 +25,21 @@ if [ "${1:-}" = "--quick" ]; then
   shift
 fi
 
+# Two pytest-xdist workers: the interop tests wait on brokers and clients more than they
+# compute (on 2 cores one worker kept them about half busy). The tests of the shared brokers
+# run in one worker, one at a time; every other module in one worker (conftest.py).
+# KSHIM_PYTEST_PARALLEL="" runs them in this process instead, one at a time.
+PARALLEL="-n 2 --dist loadgroup"
+if [ "${KSHIM_PYTEST_PARALLEL+set}" = set ]; then
+  PARALLEL="$KSHIM_PYTEST_PARALLEL"
+fi
+
 TIMES_DIR="$ROOT/build/test-times"
 mkdir -p "$TIMES_DIR"
 rm -f "$TIMES_DIR"/*
 STAGES="$TIMES_DIR/stages.tsv"
 MODULES="$TIMES_DIR/interop-modules.tsv"
+MODULES_ALONE="$TIMES_DIR/interop-modules-alone.tsv"
 RUN_STARTED=$SECONDS
 POOL_PID=""
 
@@ -45,6 +56,14 @@ stage() {
   return $rc
 }
 
+# pytest's status 5 means that the arguments selected no test of this stage.
+pytest_may_select_none() {
+  local rc=0
+  "$@" || rc=$?
+  [ $rc -eq 5 ] && rc=0
+  return $rc
+}
+
 summary() {
   local rc=$?
   if [ -n "$POOL_PID" ] && kill -0 "$POOL_PID" 2>/dev/null; then
@@ -53,10 +72,14 @@ summary() {
   fi
   printf '\n==> stage times (wall seconds)\n'
   [ -f "$STAGES" ] && awk -F'\t' '{ printf "  %-44s %6d s  %s\n", $1, $2, $3 }' "$STAGES"
-  if [ -s "$MODULES" ]; then
-    printf '  interop modules (setup, tests and teardown):\n'
-    sort -t$'\t' -k2,2nr "$MODULES" | awk -F'\t' '{ printf "    %-42s %6d s  %s tests\n", $1, $2, $3 }'
-  fi
+  local file title
+  for file in "$MODULES" "$MODULES_ALONE"; do
+    [ -s "$file" ] || continue
+    title="interop modules (setup, tests and teardown; summed over the workers)"
+    [ "$file" = "$MODULES_ALONE" ] && title="interop tests run alone, by module"
+    printf '  %s:\n' "$title"
+    sort -t$'\t' -k2,2nr "$file" | awk -F'\t' '{ printf "    %-42s %6d s  %s tests\n", $1, $2, $3 }'
+  done
   printf '  %-44s %6d s  %s\n' "total" "$((SECONDS - RUN_STARTED))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
   exit $rc
 }
@@ -84,7 +107,7 @@ stage "Rust tests" timeout 900 cargo test --release
 if [ $QUICK -eq 1 ]; then
   export KSHIM_QUICK=1
   stage "interop tests that need no broker" \
-    timeout 600 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra \
+    timeout 600 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra $PARALLEL \
     -m "not broker" --module-times "$MODULES" "$@"
   exit 0
 fi
@@ -92,5 +115,8 @@ fi
 stage "coverage-guided fuzzing, 5 s per target" \
   env FUZZ_SECONDS=5 timeout 1200 bash scripts/fuzz.sh
 stage "interop tests against Apache Kafka and real clients" \
-  timeout 2400 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra \
-  --module-times "$MODULES" "$@"
+  timeout 2400 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra $PARALLEL \
+  -m "not alone" --module-times "$MODULES" "$@"
+stage "interop tests that must run alone" \
+  pytest_may_select_none timeout 1200 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra \
+  -m alone --module-times "$MODULES_ALONE" "$@"

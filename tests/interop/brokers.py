@@ -123,6 +123,7 @@ class SharedBrokers:
                     dead = [n.node_id for n in cluster.nodes if not n.alive()]
                     if dead:
                         raise ke.EnvError(f"nodes {dead} of the shared cluster are not running")
+                    cluster.on_node_started = lambda node, kind=kind: self._record_pid(kind, node)
                     return cluster
                 last = f"{kind} not ready yet (state: {sorted(state)})"
             time.sleep(0.2)
@@ -131,6 +132,16 @@ class SharedBrokers:
             f"{kind} was not reported ready in {self.state_file} within {ATTACH_TIMEOUT_S:.0f}s ({last})\n"
             f"--- {log}:\n{ke.tail(log)}"
         )
+
+    def _record_pid(self, kind: str, node: ke.KafkaNode) -> None:
+        """A test started a node of a shared cluster again: its PID goes to the state file, so
+        that the background process stops it at the end."""
+        with _state_lock(self.state_file):
+            state = json.loads(self.state_file.read_text())
+            for n in state[kind]["cluster"]["nodes"]:
+                if n["node_id"] == node.node_id:
+                    n["pid"] = node.pid
+            _write_state(self.state_file, state)
 
     def stop(self) -> None:
         with self._lock:
@@ -141,6 +152,23 @@ class SharedBrokers:
 
 # --------------------------------------------------------------------------------------------
 # the background process
+
+
+class _state_lock:
+    """An exclusive lock on the state file's updates, across processes."""
+
+    def __init__(self, path: Path):
+        self.path = path.with_suffix(".lock")
+
+    def __enter__(self):
+        import fcntl
+
+        self.f = open(self.path, "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
 
 
 def _write_state(path: Path, state: dict) -> None:
@@ -155,7 +183,6 @@ def serve(state_path: Path, kinds: list[str], lifetime_s: float) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    state: dict[str, dict] = {}
     lock = threading.Lock()
     clusters: list[ke.KafkaCluster] = []
 
@@ -171,12 +198,14 @@ def serve(state_path: Path, kinds: list[str], lifetime_s: float) -> int:
         except ke.EnvError as e:
             entry = {"error": str(e)}
             print(f"{kind}: FAILED: {e}", flush=True)
-        with lock:
+        with lock, _state_lock(state_path):
             clusters.append(cluster)
-            state[kind] = entry
-            _write_state(state_path, state)
+            current = json.loads(state_path.read_text())
+            current[kind] = entry
+            _write_state(state_path, current)
 
-    _write_state(state_path, state)
+    with _state_lock(state_path):
+        _write_state(state_path, {})
     threads = [threading.Thread(target=boot, args=(k,), daemon=True) for k in kinds]
     for t in threads:
         t.start()
@@ -187,6 +216,22 @@ def serve(state_path: Path, kinds: list[str], lifetime_s: float) -> int:
     with lock:
         for cluster in clusters:
             cluster.cleanup()
+    # Nodes that tests started again are not this process's children: stop them by the PIDs
+    # the tests recorded.
+    try:
+        final = json.loads(state_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        final = {}
+    for entry in final.values():
+        for n in entry.get("cluster", {}).get("nodes", []):
+            try:
+                # The PID must still be that node's JVM, not a process that reused the number.
+                with open(f"/proc/{n['pid']}/cmdline", "rb") as f:
+                    ours = str(Path(n["dir"]) / "server.properties").encode() in f.read()
+                if ours:
+                    os.kill(n["pid"], signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
     return 0
 
 

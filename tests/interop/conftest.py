@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,31 +53,47 @@ def pytest_configure(config):
     if path:
         os.environ["KSHIM_BIN"] = str(Path(path).resolve())
     config.addinivalue_line("markers", "broker: needs a real Kafka broker (set from the fixtures it uses)")
+    config.addinivalue_line("markers", "xdist_group(name): tests that pytest-xdist runs in one worker")
+    config.addinivalue_line("markers", "alone: run with no other test running beside it (scripts/test.sh)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        # A test marked `broker` by hand takes the shared node at run time (getfixturevalue).
+        dynamic = item.get_closest_marker("broker") is not None and not BROKER_FIXTURES & used
+        if BROKER_FIXTURES & used:
             item.add_marker(pytest.mark.broker)
+        # With pytest-xdist (--dist loadgroup) a group runs in one worker, one test at a time.
+        # The tests of each shared cluster are one group: the no-bypass checks count every
+        # connection that cluster accepts during a test. The other tests go by module, so that
+        # a module's own cluster serves it in one worker.
+        if {"kafka_trio", "kafka_trio_faults"} & used:
+            group = "shared-trio"
+        elif {"kafka_broker", "shared_brokers"} & used or dynamic:
+            group = "shared-single"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 _module_seconds: dict[str, float] = defaultdict(float)
 _module_tests: dict[str, int] = defaultdict(int)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    started = time.monotonic()
-    yield
-    module = item.nodeid.split("::", 1)[0]
-    _module_seconds[module] += time.monotonic() - started
-    _module_tests[module] += 1
+def pytest_runtest_logreport(report):
+    # Called in the process that prints the summary, also for tests that xdist's workers ran.
+    module = report.nodeid.split("::", 1)[0]
+    _module_seconds[module] += report.duration
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _module_tests[module] += 1
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not _module_seconds:
+    if not _module_seconds or hasattr(config, "workerinput"):
         return
-    terminalreporter.section("wall time per module")
+    terminalreporter.section("time per module (setup, tests and teardown)")
     for module, seconds in sorted(_module_seconds.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{seconds:8.1f} s  {_module_tests[module]:4d} tests  {module}")
     out = config.getoption("--module-times")

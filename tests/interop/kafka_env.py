@@ -119,6 +119,15 @@ class ForeignProcess:
         return self.returncode
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    # Python ends on SIGTERM without running atexit hooks; `timeout` and CI stop a run so.
+    raise SystemExit(128 + signum)
+
+
+if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
 @atexit.register
 def _stop_all_live() -> None:
     # Whatever is left at exit is thrown away with its temp directory: no graceful stop.
@@ -133,7 +142,8 @@ def _stop_all_live() -> None:
             pass
 
 
-def _spawn(cmd: Sequence[str], *, cwd: Path, log_path: Path, env: dict | None = None) -> subprocess.Popen:
+def _spawn(cmd: Sequence[str], *, cwd: Path, log_path: Path, env: dict | None = None,
+           outlive_this_process: bool = False) -> subprocess.Popen:
     log = open(log_path, "ab")
     try:
         proc = subprocess.Popen(
@@ -148,7 +158,8 @@ def _spawn(cmd: Sequence[str], *, cwd: Path, log_path: Path, env: dict | None = 
         )
     finally:
         log.close()
-    _register(proc)
+    if not outlive_this_process:
+        _register(proc)
     return proc
 
 
@@ -924,6 +935,7 @@ class KafkaCluster:
         self.heap = heap
         self.separate_inter_broker = separate_inter_broker
         self.attached = False
+        self.on_node_started = None
         internal = 1 if separate_inter_broker else 0
         per_node = 2 + extra_ports + internal
         ports = free_ports(per_node * nodes)
@@ -1135,6 +1147,7 @@ class KafkaCluster:
         self.heap = state["heap"]
         self.separate_inter_broker = state["separate_inter_broker"]
         self.attached = True
+        self.on_node_started = None
         self.nodes = []
         for n in state["nodes"]:
             d = Path(n["dir"])
@@ -1249,7 +1262,11 @@ class KafkaCluster:
             "kafka.Kafka",
             str(node.properties_path),
         ]
-        node.proc = _spawn(cmd, cwd=node.dir, log_path=node.console_path)
+        # A node of a shared cluster started again here belongs to the process that shares
+        # the cluster, which stops it by the PID it is told (tests/interop/brokers.py).
+        node.proc = _spawn(cmd, cwd=node.dir, log_path=node.console_path, outlive_this_process=self.attached)
+        if self.on_node_started is not None:
+            self.on_node_started(node)
 
     def _wait_ready(self, node: KafkaNode, deadline: float, timeout: float) -> None:
         last_err = "no attempt"

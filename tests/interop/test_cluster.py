@@ -804,10 +804,8 @@ def test_leader_loss_pauses_and_loses_nothing(kafka, members, cluster_id, kafka_
 
     worker = threading.Thread(target=steady, daemon=True)
     worker.start()
-    time.sleep(2)
+    assert wait_until(lambda: len(acknowledged) > 5, 30), "updates did not flow before the leader was stopped"
     leader = _state_leader(kafka)
-    before = len(acknowledged)
-    assert before > 5, "updates did not flow before the leader was stopped"
     kafka.stop_node(leader)
     stopped = len(acknowledged)
     try:

@@ -403,11 +403,10 @@ TOPICS = {
 }
 
 
-@pytest.fixture(scope="class")
-def env(request, shared_brokers):
-    """The shared cluster of request.cls.NODES nodes with kshim in front, and the suite's topics."""
-    nodes = request.cls.NODES
-    env = start_proxied(request.getfixturevalue("kafka_broker" if nodes == 1 else "kafka_trio"), request)
+def proxied_env(cluster: ke.KafkaCluster, request):
+    """`cluster` (a shared one) with kshim in front, and the suite's topics."""
+    nodes = len(cluster.nodes)
+    env = start_proxied(cluster, request)
     try:
         specs = [f"{env.topic(name)}:{parts}:{env.rf}" for name, parts in TOPICS.items()]
         if nodes >= 3:
@@ -420,10 +419,22 @@ def env(request, shared_brokers):
     stop_proxied(env, request)
 
 
-class ProxyClientSuite:
-    """The client tests; subclasses choose the cluster size."""
+@pytest.fixture(scope="class")
+def single_env(request, kafka_broker):
+    yield from proxied_env(kafka_broker, request)
 
-    NODES = 1
+
+@pytest.fixture(scope="class")
+def trio_env(request, kafka_trio):
+    yield from proxied_env(kafka_trio, request)
+
+
+@pytest.mark.alone
+class ProxyClientSuite:
+    """The client tests; subclasses choose the cluster (their `env`). Marked `alone`:
+    the no-bypass proof counts every connection the cluster accepts, and run beside other
+    modules it saw connections it could not attribute, so scripts/test.sh runs these with
+    nothing else running."""
 
     @pytest.fixture(autouse=True)
     def guard(self, env, request):
@@ -649,7 +660,9 @@ class ProxyClientSuite:
 
 
 class TestSingleNode(ProxyClientSuite):
-    NODES = 1
+    @pytest.fixture
+    def env(self, single_env):
+        return single_env
 
     @pytest.mark.parametrize("table", ["no-upstream-table", "upstream-table-without-bootstrap"])
     def test_cli_upstream(self, env, guard, table):
@@ -691,7 +704,9 @@ print(json.dumps({"brokers": sorted([b.id, b.host, b.port] for b in md.brokers.v
 
 
 class TestThreeNodes(ProxyClientSuite):
-    NODES = 3
+    @pytest.fixture
+    def env(self, trio_env):
+        return trio_env
 
     def test_broker_restart_during_produce_consume(self, env, guard, tmp_path, kafka_trio_faults):
         """Node 2 is stopped and started again while a producer (acks=all, idempotent) and a
