@@ -1007,14 +1007,17 @@ class KafkaCluster:
     def stop(self) -> None:
         self._refuse_if_attached("stop")
         # Signal every node first so that their controlled shutdowns overlap.
+        self._signal_every_node(signal.SIGTERM)
+        for node in self.nodes:
+            stop_process(node.proc)
+
+    def _signal_every_node(self, sig: int) -> None:
         for node in self.nodes:
             if node.alive():
                 try:
-                    os.kill(node.proc.pid, signal.SIGTERM)
+                    os.kill(node.proc.pid, sig)
                 except ProcessLookupError:
                     pass
-        for node in self.nodes:
-            stop_process(node.proc)
 
     def stop_node(self, node_id: int, *, kill: bool = False, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """Stop one node by its PID: SIGTERM (a controlled shutdown) or, with `kill`, SIGKILL."""
@@ -1097,12 +1100,7 @@ class KafkaCluster:
     def kill(self) -> None:
         """SIGKILL every node: for a cluster whose data is thrown away, a controlled shutdown
         (seconds per node, longer on a loaded machine) buys nothing."""
-        for node in self.nodes:
-            if node.alive():
-                try:
-                    os.kill(node.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        self._signal_every_node(signal.SIGKILL)
         for node in self.nodes:
             stop_process(node.proc, timeout=10)
 
