@@ -8,7 +8,7 @@
 #     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
 #     5. scripts/fuzz.sh          (builds the cargo-fuzz targets, runs each 5 s from its seeds)
 #     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front),
-#                                 in two workers, then the tests marked `alone` by themselves
+#                                 then the tests marked `alone`
 #   scripts/test.sh --quick    for every small change, a few minutes: steps 3 and 4, then the
 #                              interop tests that need no Kafka broker
 #
@@ -25,14 +25,11 @@ if [ "${1:-}" = "--quick" ]; then
   shift
 fi
 
-# Two pytest-xdist workers: the interop tests wait on brokers and clients more than they
-# compute (on 2 cores one worker kept them about half busy). The tests of the shared brokers
-# run in one worker, one at a time; every other module in one worker (conftest.py).
-# KSHIM_PYTEST_PARALLEL="" runs them in this process instead, one at a time.
-PARALLEL="-n 2 --dist loadgroup"
-if [ "${KSHIM_PYTEST_PARALLEL+set}" = set ]; then
-  PARALLEL="$KSHIM_PYTEST_PARALLEL"
-fi
+# The interop tests run one at a time by default. KSHIM_PYTEST_PARALLEL="-n 2 --dist loadgroup"
+# runs them in two pytest-xdist workers (each shared cluster's tests one group, every other
+# module whole; conftest.py): about 40% faster, but not yet deterministic (see
+# docs/development.md), so not the gate's default.
+PARALLEL="${KSHIM_PYTEST_PARALLEL:-}"
 
 TIMES_DIR="$ROOT/build/test-times"
 mkdir -p "$TIMES_DIR"
