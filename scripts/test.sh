@@ -4,7 +4,7 @@
 #   scripts/test.sh            the gate, everything:
 #     1. scripts/install-deps.sh  (Debian packages, Python venv, Kafka jars, Go clients, cargo-fuzz)
 #     2. the shared Kafka brokers start in the background (tests/interop/brokers.py), while
-#     3. cargo build --release    builds kshim, its examples and the tests
+#     3. cargo test --no-run      builds kshim, its examples and the tests
 #     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
 #     5. scripts/fuzz.sh          (builds the cargo-fuzz targets, runs each 5 s from its seeds)
 #     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front),
@@ -72,7 +72,7 @@ summary() {
   local file title
   for file in "$MODULES" "$MODULES_ALONE"; do
     [ -s "$file" ] || continue
-    title="interop modules (setup, tests and teardown; summed over the workers)"
+    title="interop modules (setup, tests and teardown)"
     [ "$file" = "$MODULES_ALONE" ] && title="interop tests run alone, by module"
     printf '  %s:\n' "$title"
     sort -t$'\t' -k2,2nr "$file" | awk -F'\t' '{ printf "    %-42s %6d s  %s tests\n", $1, $2, $3 }'
@@ -95,10 +95,9 @@ if [ $QUICK -eq 0 ]; then
   export KSHIM_SHARED_BROKERS="$TIMES_DIR/brokers.json"
 fi
 
+# `cargo test --no-run` builds the kshim binary and the examples too (the interop tests run them).
 stage "building kshim, its examples and tests" \
   timeout 1500 cargo test --release --no-run
-stage "building the kshim binary and examples" \
-  timeout 600 cargo build --release --bins --examples
 stage "Rust tests" timeout 900 cargo test --release
 
 if [ $QUICK -eq 1 ]; then
