@@ -158,6 +158,23 @@ impl Histogram {
     }
 }
 
+/// The global request-frame budget as /metrics shows it, read when rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameBudgetSnapshot {
+    /// Bytes of request frames held now.
+    pub held: usize,
+    /// The budget (`max_queued_request_bytes`).
+    pub total: usize,
+    /// Frames whose reading waited for the budget.
+    pub waits: u64,
+}
+
+/// Something that can say how much of the frame budget is held: the
+/// listeners' budget (`crate::server::budget`), which sits above this module.
+pub trait FrameBudgetGauge: Send + Sync {
+    fn snapshot(&self) -> FrameBudgetSnapshot;
+}
+
 /// Every counter kshim keeps. One per process, shared by every listener.
 pub struct Metrics {
     /// Indexed by `(api_key * VERSIONS + version) * 3 + outcome`.
@@ -174,7 +191,7 @@ pub struct Metrics {
     reloads_applied: [AtomicU64; 2],
     reloads_refused: [AtomicU64; 2],
     /// The global frame budget, once the listeners have one.
-    frame_budget: std::sync::OnceLock<Arc<crate::server::budget::FrameBudget>>,
+    frame_budget: std::sync::OnceLock<Arc<dyn FrameBudgetGauge>>,
 }
 
 impl Default for Metrics {
@@ -214,8 +231,8 @@ impl Metrics {
     }
 
     /// Reports on `budget` from now on.
-    pub fn watch_frame_budget(&self, budget: &Arc<crate::server::budget::FrameBudget>) {
-        let _ = self.frame_budget.set(Arc::clone(budget));
+    pub fn watch_frame_budget(&self, budget: Arc<dyn FrameBudgetGauge>) {
+        let _ = self.frame_budget.set(budget);
     }
 
     /// One request, from the moment it was read to the moment its response was
@@ -404,28 +421,28 @@ impl Metrics {
                 self.connections_closed[why as usize].load(Ordering::Relaxed)
             );
         }
-        if let Some(budget) = self.frame_budget.get() {
+        if let Some(budget) = self.frame_budget.get().map(|b| b.snapshot()) {
             header(
                 o,
                 "kshim_queued_request_bytes",
                 "gauge",
                 "Bytes of request frames held now: being read, or queued for an upstream broker.",
             );
-            let _ = writeln!(o, "kshim_queued_request_bytes {}", budget.held());
+            let _ = writeln!(o, "kshim_queued_request_bytes {}", budget.held);
             header(
                 o,
                 "kshim_queued_request_bytes_max",
                 "gauge",
                 "The global budget for request frame bytes (max_queued_request_bytes).",
             );
-            let _ = writeln!(o, "kshim_queued_request_bytes_max {}", budget.total());
+            let _ = writeln!(o, "kshim_queued_request_bytes_max {}", budget.total);
             header(
                 o,
                 "kshim_frame_budget_waits_total",
                 "counter",
                 "Frames whose reading waited for the global budget.",
             );
-            let _ = writeln!(o, "kshim_frame_budget_waits_total {}", budget.waits());
+            let _ = writeln!(o, "kshim_frame_budget_waits_total {}", budget.waits);
         }
         header(
             o,

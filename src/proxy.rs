@@ -164,7 +164,7 @@ impl Proxy {
             }
         }
         let limits = limits(config, Some(upstream_config));
-        context.metrics.watch_frame_budget(&limits.budget);
+        context.metrics.watch_frame_budget(limits.budget.clone());
         Ok(Proxy {
             listener,
             local_addr,

@@ -4,7 +4,7 @@
 //! registry of what can change while kshim runs. Used by `kshim serve` and by the
 //! integration tests, so that both start the same thing.
 
-use crate::admin::{self, Access, AccessCell, AdminState};
+use crate::admin::{self, Access, AccessCell, AdminAccessComponent, AdminState};
 use crate::cluster::{self, Applier, ClusterNode, SharedFeatures};
 use crate::config::{Config, ConfigErrors, ConfigSource};
 use crate::controller::ControllerError;
@@ -12,8 +12,8 @@ use crate::handlers::Context;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::reconfig::{
-    self, AdminAccessComponent, AuthorizationComponent, ListenerTlsComponent, LogLevelComponent,
-    PolicyComponent, Reconfigurable, Registry, UpstreamTlsComponent,
+    self, AuthorizationComponent, ListenerTlsComponent, LogLevelComponent, PolicyComponent,
+    Reconfigurable, Registry, UpstreamTlsComponent,
 };
 use crate::standalone::{tls_cell, Standalone, StartError};
 use crate::store::Overrides;

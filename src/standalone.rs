@@ -87,7 +87,7 @@ impl Standalone {
             lab: Arc::new(crate::lab::Lab::from_specs(&config.lab)),
         });
         let limits = limits(config, None);
-        context.metrics.watch_frame_budget(&limits.budget);
+        context.metrics.watch_frame_budget(limits.budget.clone());
         Ok(Standalone {
             listener,
             local_addr,

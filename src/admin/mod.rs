@@ -9,14 +9,15 @@
 //! set). Reads need one too unless `admin.read_requires_auth = false`. Health
 //! checks never do. The OpenAPI document is `docs/admin-api.openapi.json`.
 
+mod access;
 mod clients;
 pub mod server;
 
-use crate::config::{AdminConfig, Secret};
+pub use access::{Access, AccessCell, AdminAccessComponent};
+
 use crate::handlers::Context;
 use crate::metrics::{Snapshot, UpstreamSnapshot};
 use crate::reconfig::{keys, ChangeError, KeyErrors, Registry};
-use arc_swap::ArcSwap;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -27,27 +28,6 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-/// Who may use the API, as configured now.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Access {
-    pub token: Option<Secret>,
-    /// `None`: any client certificate the admin listener verifies.
-    pub principals: Option<Vec<String>>,
-    pub read_requires_auth: bool,
-}
-
-impl Access {
-    pub fn from_config(admin: &AdminConfig) -> Access {
-        Access {
-            token: admin.token.clone(),
-            principals: admin.principals.clone(),
-            read_requires_auth: admin.read_requires_auth,
-        }
-    }
-}
-
-pub type AccessCell = ArcSwap<Access>;
 
 /// The caller of one request, as its connection tells: the peer, and the
 /// principal of a client certificate the admin listener verified.

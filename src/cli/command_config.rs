@@ -12,7 +12,7 @@
 
 use anyhow::{bail, Context as _, Result};
 use kshim::client::{ClientSecurity, SaslCredentials, SaslMechanism};
-use kshim::config::Secret;
+use kshim::secret::Secret;
 use kshim::tls::{ClientTlsMaterial, Identity, Protocols, Trust, UpstreamTls};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

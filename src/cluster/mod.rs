@@ -18,14 +18,15 @@ pub mod follower;
 pub mod log;
 pub mod records;
 pub mod registration;
+pub mod settings;
 pub mod wire;
 pub mod writer;
 
 pub use follower::{follow, Applier};
 pub use log::{LogError, StateLog};
 pub use records::{Codec, InstanceStatus, Registration, SharedFeatures};
+pub use settings::{ClusterConfig, DEFAULT_STATE_TOPIC};
 
-use crate::config::ClusterConfig;
 use crate::features::SupportedFeatures;
 use crate::upstream::LinkSettings;
 use std::collections::BTreeMap;

@@ -7,13 +7,14 @@
 //! Owns no runtime state.
 
 mod cluster;
+mod lab;
 mod operations;
 pub mod placeholders;
 mod policy;
 mod source;
 pub mod tls;
 mod upstream;
-pub use cluster::{ClusterConfig, DEFAULT_STATE_TOPIC};
+pub use crate::secret::Secret;
 
 pub use operations::{check_log_filter, AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use source::{parse_document, CliOverrides, ConfigSource, Loaded};
@@ -61,7 +62,7 @@ pub struct Config {
     pub upstream: Option<UpstreamConfig>,
     /// `[cluster]`: state shared with other instances through the upstream;
     /// `None`: state in the data directory alone.
-    pub cluster: Option<ClusterConfig>,
+    pub cluster: Option<crate::cluster::ClusterConfig>,
     /// `[policy]`: the create-topic policy and the config validators.
     pub policies: crate::policy::Policies,
     /// `[tls]`: TLS on every client-facing listener; `None`: plaintext.
@@ -78,26 +79,6 @@ pub struct Config {
     pub census: crate::census::CensusConfig,
     /// `[[lab.scenarios]]`: discovery-lab scenarios, checked.
     pub lab: Vec<crate::lab::ScenarioSpec>,
-}
-
-/// A value that must not appear in logs or debug output: a password or a token.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[hidden]")
-    }
 }
 
 /// `[upstream]`: the cluster kshim stands in front of.
@@ -531,7 +512,7 @@ impl Config {
                 w.finish();
             }
             if let Some(t) = lab {
-                c.lab = crate::lab::parse_lab(t, &mut errors);
+                c.lab = lab::parse_lab(t, &mut errors);
             }
 
             if let Some(t) = tls_table {

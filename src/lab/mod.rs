@@ -627,56 +627,5 @@ impl Applied {
     }
 }
 
-/// Reads `[lab]`: `scenarios`, a list of scenario tables.
-pub fn parse_lab(
-    table: &toml::Table,
-    errors: &mut Vec<crate::config::ConfigError>,
-) -> Vec<ScenarioSpec> {
-    use crate::config::ConfigError;
-    let mut out = Vec::new();
-    for key in table.keys() {
-        if key != "scenarios" {
-            errors.push(ConfigError::new(format!("lab.{key}"), "unknown key"));
-        }
-    }
-    let Some(list) = table.get("scenarios") else {
-        return out;
-    };
-    let Some(list) = list.as_array() else {
-        errors.push(ConfigError::new(
-            "lab.scenarios",
-            "expected a list of scenarios ([[lab.scenarios]])",
-        ));
-        return out;
-    };
-    for (i, item) in list.iter().enumerate() {
-        let key = format!("lab.scenarios[{i}]");
-        match item.clone().try_into::<ScenarioSpec>() {
-            Ok(spec) => match Scenario::new(spec.clone()) {
-                Ok(_) if out.iter().any(|s: &ScenarioSpec| s.name == spec.name) => {
-                    errors.push(ConfigError::new(
-                        key,
-                        format!("a second scenario named {}", spec.name),
-                    ));
-                }
-                Ok(_) => out.push(spec),
-                Err(problems) => {
-                    for p in problems {
-                        errors.push(ConfigError::new(key.clone(), p));
-                    }
-                }
-            },
-            Err(e) => errors.push(ConfigError::new(key, e.message().to_owned())),
-        }
-    }
-    if out.len() > MAX_SCENARIOS {
-        errors.push(ConfigError::new(
-            "lab.scenarios",
-            format!("at most {MAX_SCENARIOS} scenarios"),
-        ));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests;

@@ -130,34 +130,6 @@ fn changes_reach_connections_through_the_generation() {
 }
 
 #[test]
-fn config_scenarios_are_checked_with_their_keys() {
-    let doc: toml::Table = toml::from_str(
-        r#"
-        [[scenarios]]
-        name = "a"
-        [[scenarios]]
-        name = "a"
-        [[scenarios]]
-        name = "b"
-        colour = "red"
-        "#,
-    )
-    .unwrap();
-    let mut errors = Vec::new();
-    let specs = parse_lab(&doc, &mut errors);
-    assert_eq!(specs.len(), 1);
-    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    assert!(
-        text[0].starts_with("lab.scenarios[1]: a second scenario named a"),
-        "{text:?}"
-    );
-    assert!(
-        text[1].starts_with("lab.scenarios[2]") && text[1].contains("colour"),
-        "{text:?}"
-    );
-}
-
-#[test]
 fn the_toml_examples_in_docs_clients_md_are_valid_configs() {
     let doc = include_str!("../../docs/clients.md");
     let blocks: Vec<&str> = doc

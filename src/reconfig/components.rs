@@ -1,10 +1,9 @@
 //! The components kshim can change while it runs, each behind the cell its users
 //! read: TLS material (client-facing listeners, the admin listener, the
 //! upstream connections), the policies, who may alter the cluster, the log
-//! filter, and who may use the admin API.
+//! filter. Who may use the admin API is `crate::admin`'s own component.
 
 use super::{KeyError, Prepared, Reconfigurable};
-use crate::admin::{Access, AccessCell};
 use crate::config::{tls as tls_keys, Config};
 use crate::handlers::Authorizer;
 use crate::policy::PolicyCell;
@@ -234,38 +233,5 @@ impl Reconfigurable for LogLevelComponent {
                 Err(e) => tracing::error!("log.level {wanted:?} not applied: {e}"),
             }
         }))
-    }
-}
-
-/// Who may use the admin API: `admin.token`, `admin.principals`,
-/// `admin.read_requires_auth`.
-pub struct AdminAccessComponent {
-    pub cell: Arc<AccessCell>,
-}
-
-impl Reconfigurable for AdminAccessComponent {
-    fn name(&self) -> &'static str {
-        "admin access"
-    }
-
-    fn keys(&self) -> Vec<String> {
-        [
-            "admin.token",
-            "admin.principals",
-            "admin.read_requires_auth",
-        ]
-        .iter()
-        .map(|k| (*k).to_owned())
-        .collect()
-    }
-
-    fn prepare(&self, next: &Config) -> Result<Prepared, Vec<KeyError>> {
-        let Some(admin) = &next.admin else {
-            return Ok(Prepared::unchanged());
-        };
-        let access = Access::from_config(admin);
-        let changed = access != **self.cell.load();
-        let cell = Arc::clone(&self.cell);
-        Ok(Prepared::new(changed, move || cell.store(Arc::new(access))))
     }
 }

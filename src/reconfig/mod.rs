@@ -20,8 +20,8 @@ mod components;
 pub mod keys;
 
 pub use components::{
-    AdminAccessComponent, AuthorizationComponent, ListenerTlsComponent, LogFilterSetter,
-    LogLevelComponent, PolicyComponent, UpstreamTlsComponent,
+    AuthorizationComponent, ListenerTlsComponent, LogFilterSetter, LogLevelComponent,
+    PolicyComponent, UpstreamTlsComponent,
 };
 
 use crate::cluster::ClusterNode;

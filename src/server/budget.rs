@@ -47,6 +47,16 @@ impl FrameBudget {
     }
 }
 
+impl crate::metrics::FrameBudgetGauge for FrameBudget {
+    fn snapshot(&self) -> crate::metrics::FrameBudgetSnapshot {
+        crate::metrics::FrameBudgetSnapshot {
+            held: self.held(),
+            total: self.total(),
+            waits: self.waits(),
+        }
+    }
+}
+
 type Acquiring = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
 /// One connection's share of the budget; what it still holds goes back when it

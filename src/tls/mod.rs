@@ -19,7 +19,7 @@ pub use client::ClientTlsMaterial;
 pub use files::read_bounded;
 pub use server::TlsMaterial;
 
-use crate::config::Secret;
+use crate::secret::Secret;
 use arc_swap::ArcSwap;
 use std::path::PathBuf;
 use std::sync::Arc;
