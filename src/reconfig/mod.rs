@@ -18,6 +18,7 @@
 
 mod components;
 pub mod keys;
+mod restart;
 
 pub use components::{
     AuthorizationComponent, ListenerTlsComponent, LogFilterSetter, LogLevelComponent,
@@ -29,6 +30,7 @@ use crate::config::{Config, ConfigError, ConfigErrors, ConfigSource, Loaded};
 use crate::metrics::{Metrics, ReloadSource};
 use crate::store::{OverrideLog, Overrides, StoreError};
 use keys::KeyPath;
+use restart::{differences, restart_keys, restart_view, RestartView};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -130,138 +132,6 @@ pub struct Change {
 pub struct Validation {
     pub configs: Vec<String>,
     pub errors: KeyErrors,
-}
-
-/// Keys whose changes need a restart, with everything below them. A dynamic
-/// component's keys are claimed first; these catch the rest.
-const RESTART_KEYS: [&str; 21] = [
-    "listen",
-    "log.format",
-    "cluster",
-    "advertised_listener",
-    "data_dir",
-    "node_id",
-    "cluster_id",
-    "max_frame_bytes",
-    "max_connections",
-    "max_connections_per_ip",
-    "max_connections_per_ip_overrides",
-    "connections_max_idle_ms",
-    "frame_read_timeout_ms",
-    "max_queued_request_bytes",
-    "descriptor_reserve",
-    "discovery",
-    "features",
-    "upstream",
-    "admin.listen",
-    "admin.max_body_bytes",
-    "config_providers",
-];
-
-/// The restart-only settings of a config: the config itself, compared field
-/// by field with `==` on the typed values (never through their `Debug` text,
-/// which hides secrets), by `RESTART_CHECKS`.
-#[derive(Clone)]
-struct RestartView(Arc<Config>);
-
-fn restart_view(c: &Config) -> RestartView {
-    RestartView(Arc::new(c.clone()))
-}
-
-/// Whether one restart-only setting is the same in two configs.
-type Same = fn(&Config, &Config) -> bool;
-
-/// `[upstream]` without what a component reloads (its TLS material) and what
-/// is compared on its own (SASL).
-fn upstream_rest(c: &Config) -> Option<crate::config::UpstreamConfig> {
-    c.upstream.as_ref().map(|u| {
-        let mut u = u.clone();
-        u.tls = None;
-        u.sasl = None;
-        u
-    })
-}
-
-/// Each restart-only setting, by the name the change reports.
-fn restart_checks() -> [(&'static str, Same); 26] {
-    [
-        ("log.format", |a, b| a.log_json == b.log_json),
-        ("cluster", |a, b| a.cluster == b.cluster),
-        ("listen", |a, b| a.listen == b.listen),
-        ("advertised_listener", |a, b| {
-            a.advertised_listener == b.advertised_listener
-        }),
-        ("data_dir", |a, b| a.data_dir == b.data_dir),
-        ("node_id", |a, b| a.node_id == b.node_id),
-        ("cluster_id", |a, b| a.cluster_id == b.cluster_id),
-        ("max_frame_bytes", |a, b| {
-            a.max_frame_bytes == b.max_frame_bytes
-        }),
-        ("max_connections", |a, b| {
-            a.max_connections == b.max_connections
-        }),
-        ("max_connections_per_ip", |a, b| {
-            a.max_connections_per_ip == b.max_connections_per_ip
-        }),
-        ("max_connections_per_ip_overrides", |a, b| {
-            a.max_connections_per_ip_overrides == b.max_connections_per_ip_overrides
-        }),
-        ("connections_max_idle_ms", |a, b| {
-            a.connections_max_idle_ms == b.connections_max_idle_ms
-        }),
-        ("frame_read_timeout_ms", |a, b| {
-            a.frame_read_timeout_ms == b.frame_read_timeout_ms
-        }),
-        ("max_queued_request_bytes", |a, b| {
-            a.max_queued_request_bytes == b.max_queued_request_bytes
-        }),
-        ("descriptor_reserve", |a, b| {
-            a.descriptor_reserve == b.descriptor_reserve
-        }),
-        ("discovery.draft_tags", |a, b| a.draft_tags == b.draft_tags),
-        ("features", |a, b| {
-            a.supported == b.supported
-                && a.bootstrap == b.bootstrap
-                && a.dependencies == b.dependencies
-                && a.kshim_owned == b.kshim_owned
-        }),
-        ("upstream", |a, b| upstream_rest(a) == upstream_rest(b)),
-        ("upstream.sasl", |a, b| {
-            a.upstream.as_ref().map(|u| &u.sasl) == b.upstream.as_ref().map(|u| &u.sasl)
-        }),
-        ("upstream.tls (turning it on or off)", |a, b| {
-            a.upstream.as_ref().is_some_and(|u| u.tls.is_some())
-                == b.upstream.as_ref().is_some_and(|u| u.tls.is_some())
-        }),
-        ("tls (turning it on or off)", |a, b| {
-            a.tls.is_some() == b.tls.is_some()
-        }),
-        ("admin (turning it on or off)", |a, b| {
-            a.admin.is_some() == b.admin.is_some()
-        }),
-        ("admin.listen", |a, b| {
-            a.admin.as_ref().map(|x| &x.listen) == b.admin.as_ref().map(|x| &x.listen)
-        }),
-        ("admin.max_body_bytes", |a, b| {
-            a.admin.as_ref().map(|x| x.max_body_bytes) == b.admin.as_ref().map(|x| x.max_body_bytes)
-        }),
-        ("admin.tls (turning it on or off)", |a, b| {
-            a.admin.as_ref().is_some_and(|x| x.tls.is_some())
-                == b.admin.as_ref().is_some_and(|x| x.tls.is_some())
-        }),
-        ("config_providers", |a, b| {
-            a.file_allowed_paths == b.file_allowed_paths
-        }),
-    ]
-}
-
-/// The restart-only settings that differ between two configs.
-fn differences(from: &RestartView, to: &RestartView) -> Vec<String> {
-    restart_checks()
-        .into_iter()
-        .filter(|(_, same)| !same(&from.0, &to.0))
-        .map(|(name, _)| name.to_owned())
-        .collect()
 }
 
 /// The config kshim starts with: the file with the stored overrides over it,
@@ -628,8 +498,7 @@ impl Registry {
                 below.join(", ")
             ));
         }
-        let restart = RESTART_KEYS
-            .iter()
+        let restart = restart_keys()
             .filter_map(|k| KeyPath::parse(k).ok())
             .find(|k| key.is_under(k));
         // In a table whose keys are dynamic, an unclaimed key is unknown unless
@@ -775,32 +644,4 @@ fn attribute(errors: &[ConfigError]) -> KeyErrors {
             .push(e.message.clone());
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(password: &str, max_connections: u32) -> RestartView {
-        let text = format!(
-            "listen = \"127.0.0.1:0\"\nmax_connections = {max_connections}\n\
-             [upstream]\nbootstrap = [\"127.0.0.1:9092\"]\n\
-             [upstream.sasl]\nmechanism = \"PLAIN\"\nusername = \"kshim\"\npassword = \"{password}\"\n"
-        );
-        restart_view(&Config::from_toml(&text).unwrap())
-    }
-
-    #[test]
-    fn a_changed_secret_is_a_restart_only_change() {
-        let running = config("first", 100);
-        assert!(differences(&running, &config("first", 100)).is_empty());
-        assert_eq!(
-            differences(&running, &config("second", 100)),
-            ["upstream.sasl"]
-        );
-        assert_eq!(
-            differences(&running, &config("second", 200)),
-            ["max_connections", "upstream.sasl"]
-        );
-    }
 }

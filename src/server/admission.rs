@@ -8,7 +8,7 @@
 //! be taken off the backlog; one spare descriptor, kept open for that moment,
 //! is closed to take it and close it, then opened again.
 
-use crate::metrics::Refusal;
+use crate::metrics::ConnectionRefusal;
 use std::collections::HashMap;
 use std::fs::File;
 use std::net::IpAddr;
@@ -67,17 +67,17 @@ impl Admission {
     }
 
     /// Lets a connection from `ip` in, or says which cap it hit.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Refusal> {
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, ConnectionRefusal> {
         let ip = canonical(ip);
         let limit = self.limit_for(ip);
         let mut per_ip = self.lock();
         let open = per_ip.get(&ip).copied().unwrap_or(0);
         if open >= limit {
-            return Err(Refusal::AddressLimit);
+            return Err(ConnectionRefusal::AddressLimit);
         }
         let permit = Arc::clone(&self.permits)
             .try_acquire_owned()
-            .map_err(|_| Refusal::ConnectionLimit)?;
+            .map_err(|_| ConnectionRefusal::ConnectionLimit)?;
         per_ip.insert(ip, open + 1);
         Ok(Admitted {
             _permit: permit,
@@ -183,17 +183,26 @@ mod tests {
         let admission = Admission::new(5, 2, [(vip, 3)].into());
         let first = admission.admit(a).unwrap();
         let _second = admission.admit(a).unwrap();
-        assert_eq!(admission.admit(a).err(), Some(Refusal::AddressLimit));
+        assert_eq!(
+            admission.admit(a).err(),
+            Some(ConnectionRefusal::AddressLimit)
+        );
         let _other = admission.admit(b).unwrap();
         drop(first);
         let _again = admission.admit(a).unwrap();
         // The mapped form of an IPv4 address is the same address.
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert_eq!(admission.admit(mapped).err(), Some(Refusal::AddressLimit));
+        assert_eq!(
+            admission.admit(mapped).err(),
+            Some(ConnectionRefusal::AddressLimit)
+        );
         let _v1 = admission.admit(vip).unwrap();
         let _v2 = admission.admit(vip).unwrap();
         // Five places in all: two of 10.0.0.1, one of 10.0.0.2, two of the override's.
-        assert_eq!(admission.admit(vip).err(), Some(Refusal::ConnectionLimit));
+        assert_eq!(
+            admission.admit(vip).err(),
+            Some(ConnectionRefusal::ConnectionLimit)
+        );
         assert_eq!(admission.limit_for(vip), 3);
     }
 
@@ -201,7 +210,10 @@ mod tests {
     fn an_override_of_zero_refuses_the_address() {
         let banned: IpAddr = "192.0.2.7".parse().unwrap();
         let admission = Admission::new(10, 10, [(banned, 0)].into());
-        assert_eq!(admission.admit(banned).err(), Some(Refusal::AddressLimit));
+        assert_eq!(
+            admission.admit(banned).err(),
+            Some(ConnectionRefusal::AddressLimit)
+        );
     }
 
     #[test]

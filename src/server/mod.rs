@@ -7,7 +7,7 @@ pub mod budget;
 mod connection;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
-use crate::metrics::Refusal;
+use crate::metrics::ConnectionRefusal;
 use crate::upstream::Route;
 use admission::Admission;
 use budget::FrameBudget;
@@ -129,7 +129,7 @@ pub async fn serve(
                     Err(e) if is_out_of_descriptors(&e) => {
                         // The client waiting in the backlog is refused, not left hanging.
                         if admission.shed(&listener).await {
-                            ctx.metrics.connection_refused(Refusal::Descriptors);
+                            ctx.metrics.connection_refused(ConnectionRefusal::Descriptors);
                         }
                         tracing::warn!("connection refused: {e}; raise the open-file limit or lower max_connections");
                         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -147,7 +147,7 @@ pub async fn serve(
                         ctx.metrics.connection_refused(why);
                         // At debug: a flood of refusals must not flood the log too.
                         tracing::debug!(peer = %addr, "connection refused: {}", match why {
-                            Refusal::AddressLimit => format!("{} connections from this address already (max_connections_per_ip)", admission.limit_for(addr.ip())),
+                            ConnectionRefusal::AddressLimit => format!("{} connections from this address already (max_connections_per_ip)", admission.limit_for(addr.ip())),
                             _ => format!("{} connections already (max_connections)", limits.max_connections),
                         });
                         continue;
@@ -176,7 +176,7 @@ pub async fn serve(
                                         match material.principal(leaf) {
                                             Ok(p) => peer.principal = p,
                                             Err(e) => {
-                                                ctx.metrics.connection_refused(Refusal::NoPrincipal);
+                                                ctx.metrics.connection_refused(ConnectionRefusal::NoPrincipal);
                                                 tracing::info!(peer = %addr, "connection refused: {e}");
                                                 drop(permit);
                                                 return;
@@ -189,11 +189,11 @@ pub async fn serve(
                                 }
                                 // The client's doing: logged at debug.
                                 Ok(Err(e)) => {
-                                    ctx.metrics.connection_refused(Refusal::TlsHandshake);
+                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
                                     tracing::debug!(peer = %addr, "TLS handshake failed: {e}");
                                 }
                                 Err(_) => {
-                                    ctx.metrics.connection_refused(Refusal::TlsHandshake);
+                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
                                     tracing::debug!(peer = %addr, "TLS handshake timed out");
                                 }
                             }

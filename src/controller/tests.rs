@@ -1,0 +1,96 @@
+use super::*;
+use crate::features::{kafka, SupportedRange, UpgradeType};
+use crate::store::FileStore;
+
+fn settings() -> ControllerSettings {
+    ControllerSettings {
+        node_id: 1,
+        cluster_id: None,
+        supported: kafka::supported_features(),
+        bootstrap: None,
+        dependencies: kafka::dependencies(),
+        ownership: Ownership::standalone(),
+        cluster: None,
+    }
+}
+
+fn open(
+    dir: &std::path::Path,
+    s: ControllerSettings,
+) -> Result<FeatureController, ControllerError> {
+    FeatureController::open(Arc::new(FileStore::open(dir).unwrap()), s)
+}
+
+#[tokio::test]
+async fn bootstraps_supported_maxima_then_persists_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), settings()).unwrap();
+    assert_eq!(c.cluster_id().len(), 22);
+    let snap = c.snapshot();
+    assert_eq!(snap.finalized.epoch, 0);
+    assert_eq!(snap.finalized.level("metadata.version"), 27);
+    assert_eq!(snap.finalized.level("transaction.version"), 2);
+    let update = FeatureUpdate {
+        name: "transaction.version".into(),
+        level: 1,
+        upgrade_type: UpgradeType::SafeDowngrade,
+    };
+    c.update(vec![update.clone()], true, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.snapshot().finalized.epoch,
+        0,
+        "validate-only changes nothing"
+    );
+    c.update(vec![update], false, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(c.snapshot().finalized.epoch, 1);
+    let id = c.cluster_id().to_owned();
+    drop(c);
+    let c = open(dir.path(), settings()).unwrap();
+    assert_eq!(c.snapshot().finalized.level("transaction.version"), 1);
+    assert_eq!(c.snapshot().finalized.epoch, 1);
+    assert_eq!(c.cluster_id(), id);
+}
+
+#[tokio::test]
+async fn refuses_to_start_with_an_incompatible_stored_level() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path(), settings()).unwrap());
+    let mut narrower = settings();
+    narrower
+        .supported
+        .insert("transaction.version".into(), SupportedRange::new(0, 1));
+    let err = open(dir.path(), narrower).err().unwrap().to_string();
+    assert!(
+        err.contains("transaction.version is finalized at level 2"),
+        "{err}"
+    );
+    assert!(err.contains("supports only 0-1"), "{err}");
+}
+
+#[tokio::test]
+async fn bootstrap_levels_are_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings();
+    s.bootstrap = Some([("group.version".to_owned(), 3), ("nope".to_owned(), 1)].into());
+    let err = open(dir.path(), s).err().unwrap().to_string();
+    assert!(
+        err.contains("group.version=3 is outside") && err.contains("nope is not a supported"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_busy_controller_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), settings()).unwrap();
+    let _turn = c.begin(Duration::from_secs(1)).await.unwrap();
+    let err = c
+        .update(vec![], false, Duration::from_millis(20))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, Reason::Busy);
+}

@@ -1,0 +1,310 @@
+//! What kshim counts while it works, and the Prometheus text the admin API serves
+//! at `/metrics`.
+//!
+//! The counters on the request path are plain atomics in fixed tables indexed by
+//! API key, version and outcome: recording a request costs a few relaxed atomic
+//! adds and takes no lock. Gauges that describe state kept elsewhere (the upstream
+//! brokers, the finalized features) are not stored here; `render` takes them as a
+//! `Snapshot` read at scrape time.
+
+mod render;
+
+pub use render::{ClusterSnapshot, Snapshot, UpstreamSnapshot};
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Kafka API keys below this are counted one by one; others share the last slot.
+const API_KEYS: usize = 128;
+/// Versions below this are counted one by one; higher ones share the last slot.
+const VERSIONS: usize = 32;
+
+/// What happened to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// kshim answered it itself.
+    Answered,
+    /// It went to the upstream (possibly narrowed by a policy).
+    Forwarded,
+    /// kshim refused it: authorization, a policy refusing every item, or a
+    /// request it closed the connection on.
+    Rejected,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 3] = [Outcome::Answered, Outcome::Forwarded, Outcome::Rejected];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::Forwarded => "forwarded",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
+
+/// Why a connection was turned away before its first request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionRefusal {
+    /// `max_connections` reached (or the descriptor budget below it).
+    ConnectionLimit,
+    /// `max_connections_per_ip` (or its override) reached for the client's address.
+    AddressLimit,
+    /// The process had no file descriptor left to accept with.
+    Descriptors,
+    /// The TLS handshake failed or timed out.
+    TlsHandshake,
+    /// A client certificate that no principal mapping rule maps.
+    NoPrincipal,
+}
+
+impl ConnectionRefusal {
+    const ALL: [ConnectionRefusal; 5] = [
+        ConnectionRefusal::ConnectionLimit,
+        ConnectionRefusal::AddressLimit,
+        ConnectionRefusal::Descriptors,
+        ConnectionRefusal::TlsHandshake,
+        ConnectionRefusal::NoPrincipal,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            ConnectionRefusal::ConnectionLimit => "connection_limit",
+            ConnectionRefusal::AddressLimit => "address_limit",
+            ConnectionRefusal::Descriptors => "descriptors",
+            ConnectionRefusal::TlsHandshake => "tls_handshake",
+            ConnectionRefusal::NoPrincipal => "no_principal",
+        }
+    }
+}
+
+/// Why kshim closed a client connection that had been let in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closure {
+    /// No request for `connections_max_idle_ms`.
+    Idle,
+    /// A frame started and did not arrive whole within `frame_read_timeout_ms`.
+    FrameTimeout,
+    /// A forwarded request was not answered within `upstream.request_timeout_ms`.
+    UpstreamTimeout,
+}
+
+impl Closure {
+    const ALL: [Closure; 3] = [
+        Closure::Idle,
+        Closure::FrameTimeout,
+        Closure::UpstreamTimeout,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Closure::Idle => "idle",
+            Closure::FrameTimeout => "frame_timeout",
+            Closure::UpstreamTimeout => "upstream_timeout",
+        }
+    }
+}
+
+/// Where a configuration change came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadSource {
+    Admin,
+    Sighup,
+}
+
+impl ReloadSource {
+    const ALL: [ReloadSource; 2] = [ReloadSource::Admin, ReloadSource::Sighup];
+
+    fn label(self) -> &'static str {
+        match self {
+            ReloadSource::Admin => "admin",
+            ReloadSource::Sighup => "sighup",
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in microseconds (100 µs to 10 s).
+const BUCKETS_MICROS: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+
+/// A latency histogram: cumulative only when rendered, so that an observation
+/// is one add to its own bucket, one to the sum and one to the count.
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS_MICROS.len()],
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new() -> Histogram {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, elapsed: Duration) {
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        if let Some(i) = BUCKETS_MICROS.iter().position(|&le| micros <= le) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The global request-frame budget as /metrics shows it, read when rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameBudgetSnapshot {
+    /// Bytes of request frames held now.
+    pub held: usize,
+    /// The budget (`max_queued_request_bytes`).
+    pub total: usize,
+    /// Frames whose reading waited for the budget.
+    pub waits: u64,
+}
+
+/// Something that can say how much of the frame budget is held: the
+/// listeners' budget (`crate::server::budget`), which sits above this module.
+pub trait FrameBudgetGauge: Send + Sync {
+    fn snapshot(&self) -> FrameBudgetSnapshot;
+}
+
+/// Every counter kshim keeps. One per process, shared by every listener.
+pub struct Metrics {
+    /// Indexed by `(api_key * VERSIONS + version) * 3 + outcome`.
+    requests: Box<[AtomicU64]>,
+    /// Indexed by `api_key * 3 + outcome`.
+    latency: Box<[Histogram]>,
+    bytes_received: AtomicU64,
+    bytes_sent: AtomicU64,
+    connections_open: AtomicI64,
+    connections_accepted: AtomicU64,
+    connections_refused: [AtomicU64; ConnectionRefusal::ALL.len()],
+    connections_closed: [AtomicU64; Closure::ALL.len()],
+    sasl_authentications: AtomicU64,
+    reloads_applied: [AtomicU64; 2],
+    reloads_refused: [AtomicU64; 2],
+    /// The global frame budget, once the listeners have one.
+    frame_budget: std::sync::OnceLock<Arc<dyn FrameBudgetGauge>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics { .. }")
+    }
+}
+
+fn slot(value: i16, slots: usize) -> usize {
+    usize::try_from(value).map_or(slots - 1, |v| v.min(slots - 1))
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        Metrics {
+            requests: (0..API_KEYS * VERSIONS * 3)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            latency: (0..API_KEYS * 3).map(|_| Histogram::new()).collect(),
+            bytes_received: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            connections_open: AtomicI64::new(0),
+            connections_accepted: AtomicU64::new(0),
+            connections_refused: std::array::from_fn(|_| AtomicU64::new(0)),
+            connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
+            sasl_authentications: AtomicU64::new(0),
+            reloads_applied: std::array::from_fn(|_| AtomicU64::new(0)),
+            reloads_refused: std::array::from_fn(|_| AtomicU64::new(0)),
+            frame_budget: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Reports on `budget` from now on.
+    pub fn watch_frame_budget(&self, budget: Arc<dyn FrameBudgetGauge>) {
+        let _ = self.frame_budget.set(budget);
+    }
+
+    /// One request, from the moment it was read to the moment its response was
+    /// ready to write.
+    pub fn request(&self, api_key: i16, version: i16, outcome: Outcome, elapsed: Duration) {
+        let key = slot(api_key, API_KEYS);
+        let index = (key * VERSIONS + slot(version, VERSIONS)) * 3 + outcome.index();
+        self.requests[index].fetch_add(1, Ordering::Relaxed);
+        self.latency[key * 3 + outcome.index()].observe(elapsed);
+    }
+
+    pub fn received(&self, bytes: usize) {
+        self.bytes_received
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn sent(&self, bytes: usize) {
+        self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A client connection was accepted (and, with TLS, its handshake done).
+    /// The returned guard counts it as open until dropped.
+    pub fn connection_opened(self: &Arc<Self>) -> OpenConnection {
+        self.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(Arc::clone(self))
+    }
+
+    pub fn connection_refused(&self, why: ConnectionRefusal) {
+        self.connections_refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_closed(&self, why: Closure) {
+        self.connections_closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client's SASL authentication that the upstream accepted.
+    pub fn sasl_authenticated(&self) {
+        self.sasl_authentications.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A configuration change through the admin API or SIGHUP, applied or refused.
+    pub fn reload(&self, source: ReloadSource, applied: bool) {
+        let table = if applied {
+            &self.reloads_applied
+        } else {
+            &self.reloads_refused
+        };
+        table[source as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The requests counted so far for one API key and outcome, over all versions.
+    pub fn requests_of(&self, api_key: i16, outcome: Outcome) -> u64 {
+        let key = slot(api_key, API_KEYS);
+        (0..VERSIONS)
+            .map(|v| {
+                self.requests[(key * VERSIONS + v) * 3 + outcome.index()].load(Ordering::Relaxed)
+            })
+            .sum()
+    }
+}
+
+pub struct OpenConnection(Arc<Metrics>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;
