@@ -12,7 +12,7 @@ use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest};
 use kafka_protocol::protocol::StrBytes;
 use kshim::client::KafkaClient;
-use kshim::protocol::error_codes;
+use kshim::protocol::errors::{self, ResponseError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -196,12 +196,12 @@ async fn main() -> std::process::ExitCode {
         };
         match kind {
             Some(Deliberate::DuplicateFeature) => {
-                if k_code != error_codes::INVALID_REQUEST {
+                if k_code != ResponseError::InvalidRequest.code() {
                     unexpected.push(format!(
                         "step {i}: duplicate names: kshim answered {k_code}, not INVALID_REQUEST"
                     ));
                 }
-                if b_code == error_codes::NONE && !step.validate_only {
+                if b_code == errors::NONE && !step.validate_only {
                     // Replay the broker's last-wins reading on kshim.
                     let mut last: BTreeMap<String, Update> = BTreeMap::new();
                     for u in &step.updates {
@@ -244,12 +244,12 @@ async fn main() -> std::process::ExitCode {
                 *deliberate.entry(Deliberate::DuplicateFeature).or_default() += 1;
             }
             Some(Deliberate::V0AllowDowngrade) => {
-                if b_code != error_codes::INVALID_UPDATE_VERSION {
+                if b_code != ResponseError::InvalidUpdateVersion.code() {
                     unexpected.push(format!(
                         "step {i}: v0 AllowDowngrade: broker answered {b_code} ({b_msg:?})"
                     ));
                 }
-                if k_code == error_codes::NONE {
+                if k_code == errors::NONE {
                     // kshim applied the downgrade; apply it on the broker the v1+ way.
                     let v2 = Step {
                         version: 2,

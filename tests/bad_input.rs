@@ -11,7 +11,7 @@ use kshim::config::Config;
 use kshim::handlers::Context;
 use kshim::protocol::api_versions;
 use kshim::protocol::draft_tags::DraftFeatures;
-use kshim::protocol::error_codes;
+use kshim::protocol::errors::{self, ResponseError};
 use kshim::protocol::wire::{put_compact_string, put_uvarint};
 use kshim::standalone::Standalone;
 use std::sync::Arc;
@@ -77,7 +77,7 @@ impl Running {
             .await
             .expect("ApiVersions is answered");
         assert_eq!(version, api_versions::MAX_VERSION);
-        assert_eq!(answer.error_code, error_codes::NONE);
+        assert_eq!(answer.error_code, errors::NONE);
         assert!(answer
             .apis
             .iter()
@@ -393,7 +393,7 @@ async fn invalid_utf8_in_a_feature_name_is_refused() {
             assert_eq!(&frame[..4], &9i32.to_be_bytes());
             let answer =
                 decode_update_features_response(1, &frame[5..]).expect("a readable answer");
-            assert_ne!(answer.error_code, error_codes::NONE, "{answer:?}");
+            assert_ne!(answer.error_code, errors::NONE, "{answer:?}");
         }
     }
     kshim.finish().await;
@@ -427,19 +427,19 @@ async fn five_thousand_updates_get_a_prompt_answer() {
         (
             "5000 unknown features at level 1",
             many_updates(5000, |i| format!("x.feature.{i}"), 1, 1),
-            &[error_codes::INVALID_UPDATE_VERSION][..],
+            &[ResponseError::InvalidUpdateVersion.code()][..],
         ),
         // Disabling features that are not there: a no-op or refused, never applied.
         (
             "5000 unknown features at level 0",
             many_updates(5000, |i| format!("x.feature.{i}"), 0, 2),
-            &[error_codes::NONE, error_codes::INVALID_UPDATE_VERSION][..],
+            &[errors::NONE, ResponseError::InvalidUpdateVersion.code()][..],
         ),
         // The same feature 5000 times.
         (
             "group.version 5000 times",
             many_updates(5000, |_| "group.version".to_owned(), 1, 1),
-            &[error_codes::INVALID_REQUEST][..],
+            &[ResponseError::InvalidRequest.code()][..],
         ),
     ];
     for (what, request, accepted) in cases {
@@ -455,13 +455,13 @@ async fn five_thousand_updates_get_a_prompt_answer() {
             answer.error_code,
             answer.error_message
         );
-        if answer.error_code == error_codes::NONE {
+        if answer.error_code == errors::NONE {
             assert_eq!(answer.results.len(), 5000, "{what}");
             assert!(
                 answer
                     .results
                     .iter()
-                    .all(|(_, code, _)| *code == error_codes::NONE),
+                    .all(|(_, code, _)| *code == errors::NONE),
                 "{what}"
             );
         } else {
@@ -579,7 +579,7 @@ async fn a_null_feature_updates_array_is_refused() {
                     .expect("a readable answer");
                 assert_ne!(
                     answer.error_code,
-                    error_codes::NONE,
+                    errors::NONE,
                     "UpdateFeatures v{version} with a null array: {answer:?}"
                 );
             }

@@ -344,7 +344,7 @@ fn kshim_decodes_every_api_versions_answer() {
             assert!(asked > api_versions::MAX_VERSION, "{}", f.file);
             assert_eq!(
                 ours.error_code,
-                kshim::protocol::error_codes::UNSUPPORTED_VERSION,
+                kshim::protocol::errors::ResponseError::UnsupportedVersion.code(),
                 "{}",
                 f.file
             );

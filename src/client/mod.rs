@@ -192,7 +192,7 @@ impl KafkaClient {
                         addr: self.addr.clone(),
                         source,
                     })?;
-            if first == crate::protocol::error_codes::UNSUPPORTED_VERSION {
+            if first == crate::protocol::errors::ResponseError::UnsupportedVersion.code() {
                 // Brokers list their ApiVersions range in the v0 layout. Some servers
                 // (librdkafka's mock cluster) send an unreadable list instead; then
                 // step down one version at a time.

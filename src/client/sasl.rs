@@ -10,7 +10,7 @@
 //! password too.
 
 use super::{ClientError, KafkaClient};
-use crate::protocol::error_codes;
+use crate::protocol::errors::{self};
 use crate::protocol::wire::Reader;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -119,7 +119,7 @@ impl KafkaClient {
         let raw = self.request(ApiKey::SaslHandshake, 1, &body).await?;
         let mut r = Reader::new(&raw);
         let code = r.i16("ErrorCode").map_err(|e| self.decode_error(e))?;
-        if code == error_codes::NONE {
+        if code == errors::NONE {
             return Ok(());
         }
         let mut enabled = Vec::new();
@@ -135,7 +135,7 @@ impl KafkaClient {
             addr: self.addr.clone(),
             reason: format!(
                 "the server does not accept SASL mechanism {name} ({}); it accepts: {}",
-                error_codes::name(code),
+                errors::name(code),
                 if enabled.is_empty() {
                     "none".to_owned()
                 } else {
@@ -161,8 +161,8 @@ impl KafkaClient {
             .nullable_string("ErrorMessage")
             .map_err(|e| self.decode_error(e))?
             .map(str::to_owned);
-        if code != error_codes::NONE {
-            let reason = message.unwrap_or_else(|| error_codes::name(code).to_owned());
+        if code != errors::NONE {
+            let reason = message.unwrap_or_else(|| errors::name(code).to_string());
             return Err(self.sasl_error(credentials, reason));
         }
         let len = r.i32("AuthBytes").map_err(|e| self.decode_error(e))?;

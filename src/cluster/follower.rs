@@ -105,7 +105,8 @@ pub async fn follow<A: Applier>(
         }
         node.reachable.store(true, Ordering::Relaxed);
         backoff = BACKOFF_MIN;
-        if answer.partition_error == super::log::codes::OFFSET_OUT_OF_RANGE {
+        if answer.partition_error == crate::protocol::errors::ResponseError::OffsetOutOfRange.code()
+        {
             if pos.next < answer.log_start_offset {
                 // Only deletion moves a compacted topic's start; what was
                 // before it is gone for everyone, so read on from the start.

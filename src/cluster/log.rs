@@ -7,7 +7,7 @@
 
 use super::wire::{self, FetchAnswer, FetchSpec, MetadataAnswer};
 use crate::client::KafkaClient;
-use crate::protocol::error_codes;
+use crate::protocol::errors::{self, ResponseError};
 use crate::upstream::cluster::control_connection;
 use crate::upstream::configs::{self, RESOURCE_TOPIC};
 use crate::upstream::{LinkSettings, UpstreamError};
@@ -15,29 +15,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-/// Kafka error codes the state log reacts to.
-pub mod codes {
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const LEADER_NOT_AVAILABLE: i16 = 5;
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-    pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const INVALID_TXN_STATE: i16 = 48;
-    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
-    pub const FENCED_LEADER_EPOCH: i16 = 74;
-    pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
-    pub const PRODUCER_FENCED: i16 = 90;
-    pub const TRANSACTION_ABORTABLE: i16 = 120;
-}
 
 /// What went wrong with the state topic. `retriable` ones pass by themselves
 /// (a leader moving, a coordinator loading); the others need a person.
@@ -48,7 +25,7 @@ pub enum LogError {
     /// The topic exists but cannot hold kshim's state, or cannot be made.
     #[error("state topic {topic}: {reason}")]
     Topic { topic: String, reason: String },
-    #[error("{api} answered {} ({code}){}", error_codes::name(*.code), .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    #[error("{api} answered {} ({code}){}", errors::name(*.code), .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
     Kafka {
         api: &'static str,
         code: i16,
@@ -76,21 +53,12 @@ impl LogError {
     pub fn retriable(&self) -> bool {
         match self {
             LogError::Upstream(_) | LogError::Timeout(_) => true,
-            LogError::Kafka { code, .. } => matches!(
-                *code,
-                codes::LEADER_NOT_AVAILABLE
-                    | codes::NOT_LEADER_OR_FOLLOWER
-                    | codes::REQUEST_TIMED_OUT
-                    | codes::COORDINATOR_LOAD_IN_PROGRESS
-                    | codes::COORDINATOR_NOT_AVAILABLE
-                    | codes::NOT_COORDINATOR
-                    | codes::NOT_ENOUGH_REPLICAS
-                    | codes::NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                    | codes::CONCURRENT_TRANSACTIONS
-                    | codes::FENCED_LEADER_EPOCH
-                    | codes::UNKNOWN_LEADER_EPOCH
-                    | error_codes::UNKNOWN_TOPIC_OR_PARTITION
-            ),
+            // Kafka's own retriability, and CONCURRENT_TRANSACTIONS, which
+            // Kafka's transactional producer also retries: the coordinator is
+            // still completing the previous transaction of this producer.
+            LogError::Kafka { code, .. } => {
+                errors::is_retriable(*code) || *code == ResponseError::ConcurrentTransactions.code()
+            }
             LogError::Topic { .. } | LogError::Fenced | LogError::Undecided { .. } => false,
         }
     }
@@ -235,14 +203,14 @@ impl StateLog {
         loop {
             let meta = self.metadata().await?;
             let found = meta.topics.iter().find(|t| t.name == self.topic);
-            match found.map(|t| (t.error_code, t.partitions.len())) {
-                Some((error_codes::NONE, 1)) => break,
-                Some((error_codes::NONE, n)) => {
+            match found.map(|t| (errors::error(t.error_code), t.partitions.len())) {
+                Some((None, 1)) => break,
+                Some((None, n)) => {
                     return Err(refuse(format!(
                         "it has {n} partitions; a state topic must have exactly one (choose another cluster.state_topic, or delete it)"
                     )))
                 }
-                Some((error_codes::UNKNOWN_TOPIC_OR_PARTITION, _)) | None => {
+                Some((Some(ResponseError::UnknownTopicOrPartition), _)) | None => {
                     let brokers = meta.brokers.len().max(1);
                     let replication = brokers.min(3) as i16;
                     let min_insync = replication.min(2);
@@ -259,30 +227,30 @@ impl StateLog {
                             reason: format!("unreadable CreateTopics response: {e}"),
                         }
                     })?;
-                    match results.first() {
-                        Some((_, error_codes::NONE, _)) => tracing::info!(
+                    match results.first().map(|(_, code, m)| (errors::error(*code), *code, m)) {
+                        Some((None, _, _)) => tracing::info!(
                             topic = %self.topic,
                             replication,
                             min_insync,
                             "created the kshim cluster's state topic"
                         ),
                         // Another instance created it first.
-                        Some((_, codes::TOPIC_ALREADY_EXISTS, _)) => {}
+                        Some((Some(ResponseError::TopicAlreadyExists), _, _)) => {}
                         Some((_, code, message)) => {
                             return Err(refuse(format!(
                                 "could not create it: {} {}",
-                                error_codes::name(*code),
+                                errors::name(code),
                                 message.clone().unwrap_or_default()
                             )))
                         }
                         None => return Err(refuse("CreateTopics answered nothing".into())),
                     }
                 }
-                Some((code, _)) => {
+                Some((Some(error), _)) => {
                     if Instant::now() >= deadline {
                         return Err(refuse(format!(
                             "Metadata answers {}",
-                            error_codes::name(code)
+                            errors::name(error.code())
                         )));
                     }
                 }
@@ -344,7 +312,7 @@ impl StateLog {
                     if p.error_code != 0 {
                         p.error_code
                     } else {
-                        codes::LEADER_NOT_AVAILABLE
+                        ResponseError::LeaderNotAvailable.code()
                     },
                     None,
                 ))
@@ -352,7 +320,7 @@ impl StateLog {
             None => {
                 return Err(LogError::kafka(
                     "Metadata",
-                    error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    ResponseError::UnknownTopicOrPartition.code(),
                     Some(format!("topic {}", self.topic)),
                 ))
             }
@@ -360,7 +328,7 @@ impl StateLog {
         let addr = self.broker(leader).ok_or_else(|| {
             LogError::kafka(
                 "Metadata",
-                codes::LEADER_NOT_AVAILABLE,
+                ResponseError::LeaderNotAvailable.code(),
                 Some(format!("leader {leader} is not among the brokers")),
             )
         })?;
@@ -397,7 +365,7 @@ impl StateLog {
                 reason: format!("unreadable ListOffsets response: {e}"),
             })
         })?;
-        if code != error_codes::NONE {
+        if code != errors::NONE {
             self.leader_moved();
             return Err(LogError::kafka("ListOffsets", code, None));
         }
@@ -432,7 +400,7 @@ impl StateLog {
             })
         })?;
         for code in [answer.error_code, answer.partition_error] {
-            if code != error_codes::NONE && code != codes::OFFSET_OUT_OF_RANGE {
+            if code != errors::NONE && code != ResponseError::OffsetOutOfRange.code() {
                 self.leader_moved();
                 return Err(LogError::kafka("Fetch", code, None));
             }

@@ -9,10 +9,10 @@
 //! producer of their own (acks=all), not through the writer role, so that
 //! renewing one never fences a change in progress.
 
-use super::log::{codes, LogError, StateLog};
+use super::log::{LogError, StateLog};
 use super::wire::{self, ProducerIdentity};
 use super::ClusterNode;
-use crate::protocol::error_codes;
+use crate::protocol::errors::{self, ResponseError};
 use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +51,7 @@ impl Announcer {
                         topic: self.log.topic().to_owned(),
                         reason: format!("unreadable InitProducerId response: {e}"),
                     })?;
-                if code != error_codes::NONE {
+                if code != errors::NONE {
                     return Err(LogError::Kafka {
                         api: "InitProducerId",
                         code,
@@ -92,15 +92,16 @@ impl Announcer {
             topic: self.log.topic().to_owned(),
             reason: format!("unreadable Produce response: {e}"),
         })?;
-        match answer.error_code {
-            error_codes::NONE | codes::DUPLICATE_SEQUENCE_NUMBER => {
+        match errors::error(answer.error_code) {
+            None | Some(ResponseError::DuplicateSequenceNumber) => {
                 self.sequence = wire::next_sequence(self.sequence, 1);
                 Ok(())
             }
-            code => {
+            Some(error) => {
+                let code = error.code();
                 if matches!(
-                    code,
-                    codes::NOT_LEADER_OR_FOLLOWER | codes::FENCED_LEADER_EPOCH
+                    error,
+                    ResponseError::NotLeaderOrFollower | ResponseError::FencedLeaderEpoch
                 ) {
                     self.log.leader_moved();
                 }

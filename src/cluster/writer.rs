@@ -14,9 +14,9 @@
 //! epoch (see `ClusterNode::turn`), so a committed change always saw every
 //! change committed before it.
 
-use super::log::{codes, LogError, StateLog};
+use super::log::{LogError, StateLog};
 use super::wire::{self, ProducerIdentity};
-use crate::protocol::error_codes;
+use crate::protocol::errors::{self, ResponseError};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::time::{Duration, Instant};
@@ -54,8 +54,12 @@ fn unreadable(api: &str, e: crate::protocol::CodecError) -> LogError {
 
 fn fenced(code: i16) -> bool {
     matches!(
-        code,
-        codes::PRODUCER_FENCED | codes::INVALID_PRODUCER_EPOCH | codes::INVALID_TXN_STATE
+        errors::error(code),
+        Some(
+            ResponseError::ProducerFenced
+                | ResponseError::InvalidProducerEpoch
+                | ResponseError::InvalidTxnState
+        )
     )
 }
 
@@ -102,7 +106,7 @@ impl TxnWriter {
             .await?;
         let c =
             wire::decode_find_coordinator(&raw).map_err(|e| unreadable("FindCoordinator", e))?;
-        if c.error_code != error_codes::NONE {
+        if c.error_code != errors::NONE {
             return Err(LogError::Kafka {
                 api: "FindCoordinator",
                 code: c.error_code,
@@ -134,8 +138,8 @@ impl TxnWriter {
         };
         let (code, value) = decode(&raw).map_err(|e| unreadable(api_name(api), e))?;
         if matches!(
-            code,
-            codes::NOT_COORDINATOR | codes::COORDINATOR_NOT_AVAILABLE
+            errors::error(code),
+            Some(ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable)
         ) {
             self.coordinator = None;
         }
@@ -162,7 +166,7 @@ impl TxnWriter {
                 )
                 .await;
             match attempt {
-                Ok((error_codes::NONE, identity)) => {
+                Ok((errors::NONE, identity)) => {
                     tracing::debug!(
                         producer_id = identity.producer_id,
                         epoch = identity.epoch,
@@ -245,17 +249,18 @@ impl TxnWriter {
             let e = match answer {
                 Ok(raw) => {
                     let a = wire::decode_produce(&raw).map_err(|e| unreadable("Produce", e))?;
-                    match a.error_code {
-                        error_codes::NONE => break a.base_offset + entries.len() as i64 - 1,
+                    match errors::error(a.error_code) {
+                        None => break a.base_offset + entries.len() as i64 - 1,
                         // A retry of a batch the leader already has.
-                        codes::DUPLICATE_SEQUENCE_NUMBER => break -1,
-                        code if fenced(code) => return Err(LogError::Fenced),
-                        code => {
+                        Some(ResponseError::DuplicateSequenceNumber) => break -1,
+                        _ if fenced(a.error_code) => return Err(LogError::Fenced),
+                        Some(error) => {
+                            let code = error.code();
                             if matches!(
-                                code,
-                                codes::NOT_LEADER_OR_FOLLOWER
-                                    | codes::FENCED_LEADER_EPOCH
-                                    | codes::LEADER_NOT_AVAILABLE
+                                error,
+                                ResponseError::NotLeaderOrFollower
+                                    | ResponseError::FencedLeaderEpoch
+                                    | ResponseError::LeaderNotAvailable
                             ) {
                                 self.log.leader_moved();
                             }
@@ -316,7 +321,7 @@ impl TxnWriter {
     ) -> Result<(), LogError> {
         loop {
             let e = match self.ask_coordinator(api, version, body, decode).await {
-                Ok((error_codes::NONE, ())) => return Ok(()),
+                Ok((errors::NONE, ())) => return Ok(()),
                 Ok((code, ())) if fenced(code) => return Err(LogError::Fenced),
                 Ok((code, ())) => LogError::Kafka {
                     api: name,

@@ -12,8 +12,8 @@ pub mod update;
 pub use dependencies::{Dependencies, Requirement};
 pub use ownership::{merge, Mirror, Owner, Ownership, ViewVerdict};
 pub use update::{
-    invalid_update, plan_update, Blame, FeatureUpdate, Reason, Supporter, UpdatePlan,
-    UpdateRejection, UpgradeType,
+    invalid_update, plan_update, FeatureUpdate, Reason, Supporter, UpdatePlan, UpdateRejection,
+    UpgradeType,
 };
 
 use std::collections::BTreeMap;

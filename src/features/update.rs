@@ -137,31 +137,6 @@ pub enum Reason {
     WriterLost,
 }
 
-/// Who caused a refusal: decides how loudly it is logged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Blame {
-    Client,
-    Upstream,
-    Kshim,
-}
-
-impl Reason {
-    pub fn blame(self) -> Blame {
-        match self {
-            Reason::InvalidRequest
-            | Reason::InvalidVersion
-            | Reason::NotAuthorized
-            | Reason::Busy
-            | Reason::ConfigViolation => Blame::Client,
-            // Two instances writing at once: an ordinary race that the client
-            // retries, not a fault.
-            Reason::WriterLost => Blame::Client,
-            Reason::Incompatible | Reason::AuditBlind | Reason::UpstreamFailed => Blame::Upstream,
-            Reason::StoreFailed => Blame::Kshim,
-        }
-    }
-}
-
 /// What an accepted request changes. `changes` holds only levels that differ from
 /// the current state; it is empty when every update was a no-op.
 #[derive(Debug, Clone, PartialEq, Eq)]

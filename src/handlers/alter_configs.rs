@@ -5,7 +5,7 @@
 //! POLICY_VIOLATION or INVALID_CONFIG and never reaches the upstream; the others go
 //! on in one request, ValidateOnly included.
 
-use super::checked::{self, at_every_level, check_changes, Change, Refusal};
+use super::checked::{self, at_every_level, check_changes, Change, ItemRefusal};
 use super::{decode_request, Action, HandlerError};
 use crate::features::FinalizedFeatures;
 use crate::policy::ConfigResource;
@@ -48,7 +48,7 @@ fn check(
     level_of: &dyn Fn(&str) -> i16,
     target: &ConfigResource,
     res: &AlterConfigsResource,
-) -> Result<(), Refusal> {
+) -> Result<(), ItemRefusal> {
     let set: BTreeMap<String, String> = res
         .configs
         .iter()
@@ -64,7 +64,7 @@ fn check(
             .create_topic
             .validate_replacement(&set)
             .map_err(|v| {
-                Refusal::Policy(format!("{target} violates the create-topic policy: {v}"))
+                ItemRefusal::Policy(format!("{target} violates the create-topic policy: {v}"))
             })?;
     }
     check_changes(

@@ -8,12 +8,12 @@
 //!   merged with kshim's in request order.
 
 use super::forward::{self, AfterResponse, Forward, Then};
+use super::refusal;
 use super::{Action, HandlerError};
 use crate::controller::ConfigPass;
 use crate::features::FinalizedFeatures;
 use crate::policy::{ConfigResource, Policies};
 use crate::protocol::config_requests::Entries;
-use crate::protocol::error_codes;
 use crate::protocol::response::{encode_body, frame_with_body, EncodeError};
 use crate::protocol::results::{self, ResultKey, Slot};
 use crate::protocol::{CodecError, RequestFrame};
@@ -117,10 +117,10 @@ pub(super) enum Change<'a> {
 }
 
 /// Why kshim refuses one item of a checked request (a topic, a config
-/// resource). Every refusal here is the client's doing; `code` is the one
-/// mapping to Kafka's error codes.
+/// resource), with the message the client is given. Its code comes from
+/// `refusal::Refusal`, the one mapping to Kafka's error codes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Refusal {
+pub(super) enum ItemRefusal {
     /// The request itself is malformed (a topic named twice).
     InvalidRequest(String),
     /// The create-topic policy refuses it.
@@ -129,18 +129,20 @@ pub(super) enum Refusal {
     Validator(String),
 }
 
-impl Refusal {
+impl ItemRefusal {
     pub(super) fn code(&self) -> i16 {
         match self {
-            Refusal::InvalidRequest(_) => error_codes::INVALID_REQUEST,
-            Refusal::Policy(_) => error_codes::POLICY_VIOLATION,
-            Refusal::Validator(_) => error_codes::INVALID_CONFIG,
+            ItemRefusal::InvalidRequest(_) => refusal::Refusal::InvalidRequest.code(),
+            ItemRefusal::Policy(_) => refusal::Refusal::Policy.code(),
+            ItemRefusal::Validator(_) => refusal::Refusal::Validator.code(),
         }
     }
 
     pub(super) fn message(&self) -> &str {
         match self {
-            Refusal::InvalidRequest(m) | Refusal::Policy(m) | Refusal::Validator(m) => m,
+            ItemRefusal::InvalidRequest(m) | ItemRefusal::Policy(m) | ItemRefusal::Validator(m) => {
+                m
+            }
         }
     }
 }
@@ -165,10 +167,12 @@ pub(super) fn check_changes<'a>(
     level_of: &dyn Fn(&str) -> i16,
     resource: &ConfigResource,
     changes: impl IntoIterator<Item = Change<'a>>,
-) -> Result<(), Refusal> {
+) -> Result<(), ItemRefusal> {
     let is_topic = matches!(resource, ConfigResource::Topic(_));
     let policy = |r: Result<(), crate::policy::PolicyViolation>| {
-        r.map_err(|v| Refusal::Policy(format!("{resource} violates the create-topic policy: {v}")))
+        r.map_err(|v| {
+            ItemRefusal::Policy(format!("{resource} violates the create-topic policy: {v}"))
+        })
     };
     for change in changes {
         match change {
@@ -180,7 +184,7 @@ pub(super) fn check_changes<'a>(
                     .validators
                     .check(key, value, level_of)
                     .map_err(|v| {
-                        Refusal::Validator(format!(
+                        ItemRefusal::Validator(format!(
                             "Invalid config for {resource}: {v}; the cluster is at {} level {}",
                             v.feature, v.checked_at
                         ))
@@ -204,7 +208,7 @@ pub(super) fn judge_resources<R>(
     version: i16,
     resources: &[R],
     id: impl Fn(&R) -> (i8, &StrBytes),
-    check: impl Fn(&ConfigResource, &R) -> Result<(), Refusal>,
+    check: impl Fn(&ConfigResource, &R) -> Result<(), ItemRefusal>,
 ) -> Result<(Vec<Slot>, Vec<bool>), HandlerError> {
     let mut slots = Vec::with_capacity(resources.len());
     let mut accepted = Vec::with_capacity(resources.len());

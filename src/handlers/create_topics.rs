@@ -3,7 +3,7 @@
 //! the config validators in force (INVALID_CONFIG). Refused topics never reach the
 //! upstream; the others go on in one request, ValidateOnly included.
 
-use super::checked::{self, at_every_level, Refusal};
+use super::checked::{self, at_every_level, ItemRefusal};
 use super::{decode_request, Action, HandlerError};
 use crate::features::FinalizedFeatures;
 use crate::policy::Policies;
@@ -47,7 +47,9 @@ pub fn handle(
             if !answered_duplicates.insert(name) {
                 continue;
             }
-            Some(Refusal::InvalidRequest("Duplicate topic name.".to_owned()))
+            Some(ItemRefusal::InvalidRequest(
+                "Duplicate topic name.".to_owned(),
+            ))
         } else {
             at_every_level(level_sets, |level_of| {
                 check(policies, level_of, topic, defaults)
@@ -73,7 +75,7 @@ fn check(
     level_of: &dyn Fn(&str) -> i16,
     topic: &CreatableTopic,
     defaults: TopicDefaults,
-) -> Option<Refusal> {
+) -> Option<ItemRefusal> {
     let name = topic.name.0.as_str();
     // The protocol's own check: counts and assignments exclude each other. The
     // broker refuses such a topic with its own message; the policy is not asked.
@@ -84,7 +86,7 @@ fn check(
     }
     let details = details(topic, defaults);
     if let Err(v) = policies.create_topic.validate(&details) {
-        return Some(Refusal::Policy(format!(
+        return Some(ItemRefusal::Policy(format!(
             "Topic '{name}' violates the create-topic policy: {v}"
         )));
     }
@@ -94,7 +96,7 @@ fn check(
                 .validators
                 .check(c.name.as_str(), value.as_str(), level_of)
             {
-                return Some(Refusal::Validator(format!(
+                return Some(ItemRefusal::Validator(format!(
                     "Invalid config for topic '{name}': {v}; the cluster is at {} level {}",
                     v.feature, v.checked_at
                 )));
@@ -159,7 +161,7 @@ fn details(topic: &CreatableTopic, defaults: TopicDefaults) -> TopicDetails {
 
 fn refused_entry(
     topic: &CreatableTopic,
-    refusal: &Refusal,
+    refusal: &ItemRefusal,
     version: i16,
 ) -> Result<Vec<u8>, HandlerError> {
     let entry = CreatableTopicResult::default()

@@ -2,8 +2,8 @@
 //! asked for brokers (endpoint type 1) or for controllers (type 2), it lists itself,
 //! so that both `--bootstrap-server` and `--bootstrap-controller` tools work.
 
+use super::refusal::Refusal;
 use super::{cluster_authorized_operations, decode_request, Context, HandlerError, Peer};
-use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::encode_frame;
 use bytes::Bytes;
@@ -39,7 +39,7 @@ pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, Handler
             }
         }
         other => {
-            response.error_code = error_codes::UNSUPPORTED_ENDPOINT_TYPE;
+            response.error_code = Refusal::EndpointType.code();
             response.error_message = Some(StrBytes::from_string(format!(
                 "Unsupported endpoint type {other}"
             )));

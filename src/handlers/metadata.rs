@@ -1,8 +1,8 @@
 //! Metadata (key 3), v0-v13, in standalone mode: kshim is the only broker and the
 //! controller, and it hosts no topics.
 
+use super::refusal::Refusal;
 use super::{cluster_authorized_operations, decode_request, Context, HandlerError, Peer};
-use crate::protocol::error_codes;
 use crate::protocol::requests;
 use crate::protocol::response::encode_frame;
 use bytes::Bytes;
@@ -39,9 +39,9 @@ pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, Handler
         .into_iter()
         .map(|t| {
             let code = if t.name.is_some() {
-                error_codes::UNKNOWN_TOPIC_OR_PARTITION
+                Refusal::UnknownTopic.code()
             } else {
-                error_codes::UNKNOWN_TOPIC_ID
+                Refusal::UnknownTopicId.code()
             };
             MetadataResponseTopic::default()
                 .with_error_code(code)

@@ -12,6 +12,7 @@ pub mod describe_cluster;
 pub mod forward;
 pub mod incremental_alter_configs;
 pub mod metadata;
+pub mod refusal;
 pub mod sasl;
 pub mod session;
 pub mod update_features;

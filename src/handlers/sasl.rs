@@ -28,7 +28,8 @@
 //! does not see; such connections keep the principal they had. A failed exchange
 //! changes nothing.
 
-use crate::protocol::error_codes;
+use super::refusal::Refusal;
+use crate::protocol::errors;
 use crate::protocol::response::{encode_frame, response_body_offset};
 use crate::protocol::{CodecError, Reader, RequestFrame};
 use base64::Engine as _;
@@ -212,7 +213,7 @@ impl SaslExchange {
     fn refuse_authenticate(&self, request: &RequestFrame) -> SaslVerdict {
         let version = request.header.api_version;
         let answer = SaslAuthenticateResponse::default()
-            .with_error_code(error_codes::ILLEGAL_SASL_STATE)
+            .with_error_code(Refusal::SaslOutOfTurn.code())
             .with_error_message(Some(StrBytes::from_static_str(
                 "This connection has already authenticated; re-authentication starts with SaslHandshake",
             )));
@@ -249,7 +250,7 @@ impl SaslExchange {
             Step::Handshake { mechanism } => {
                 let code = handshake_error(frame)
                     .map_err(|e| format!("unreadable SaslHandshake answer: {e}"))?;
-                self.exchange = (code == error_codes::NONE).then_some(Exchange {
+                self.exchange = (code == errors::NONE).then_some(Exchange {
                     mechanism,
                     candidate: None,
                     tokens_sent: 0,
@@ -262,7 +263,7 @@ impl SaslExchange {
                 let Some(x) = self.exchange.as_ref() else {
                     return Err("a SaslAuthenticate answer outside any exchange".into());
                 };
-                if code != error_codes::NONE {
+                if code != errors::NONE {
                     self.exchange = None;
                     return Ok(None);
                 }
@@ -367,6 +368,7 @@ fn client_name(mechanism: &str, token: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::errors::ResponseError;
     use bytes::{BufMut, BytesMut};
 
     fn request(api: ApiKey, version: i16, correlation_id: i32, body: &[u8]) -> Bytes {
@@ -508,7 +510,7 @@ mod tests {
         assert_eq!(frame[8], 0);
         assert_eq!(
             &frame[9..11],
-            &error_codes::ILLEGAL_SASL_STATE.to_be_bytes()
+            &ResponseError::IllegalSaslState.code().to_be_bytes()
         );
         // Nothing is pending: the refusal answered it, and bob stays bob.
         assert!(x.response(&answer(2, 9, 0, b"")).is_err());
@@ -544,7 +546,7 @@ mod tests {
         y.request(&handshake(1, "PLAIN"));
         y.response(&handshake_answer(
             1,
-            error_codes::UNSUPPORTED_SASL_MECHANISM,
+            ResponseError::UnsupportedSaslMechanism.code(),
         ))
         .unwrap();
         closes(y.request(&authenticate(2, 2, b"\0alice\0secret")));
@@ -560,7 +562,12 @@ mod tests {
         let mut x = opened("PLAIN");
         x.request(&authenticate(2, 2, b"\0alice\0wrong"));
         assert_eq!(
-            x.response(&answer(2, 2, error_codes::SASL_AUTHENTICATION_FAILED, b"")),
+            x.response(&answer(
+                2,
+                2,
+                ResponseError::SaslAuthenticationFailed.code(),
+                b""
+            )),
             Ok(None)
         );
         // The failed exchange is over; another token needs a new handshake.

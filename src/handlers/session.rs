@@ -12,8 +12,9 @@ use crate::census::{ServedRecord, Tracked};
 use crate::lab::{self, Applied, Who};
 use crate::protocol::api_name;
 use crate::protocol::api_versions::ClientSoftware;
+use crate::protocol::errors::{self};
 use crate::protocol::response::{frame_with_body, response_body_offset, with_new_body};
-use crate::protocol::{error_codes, key_and_version, CodecError, HeaderPeek};
+use crate::protocol::{key_and_version, CodecError, HeaderPeek};
 use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -165,11 +166,11 @@ impl Session {
                 return None;
             }
         };
-        tracing::info!(peer = %self.peer.addr, %scenario, "discovery lab: {api:?} v{version} answered with error {code} ({})", error_codes::name(code));
+        tracing::info!(peer = %self.peer.addr, %scenario, "discovery lab: {api:?} v{version} answered with error {code} ({})", errors::name(code));
         if let Some(census) = &self.census {
             census.error(&format!(
                 "{api:?}: {} ({code}, discovery lab)",
-                error_codes::name(code)
+                errors::name(code)
             ));
         }
         Some(Action::Respond(frame_with_body(

@@ -4,7 +4,7 @@
 //! answers where the two disagree.
 
 use super::draft_tags::DraftFeatures;
-use super::error_codes;
+use super::errors::WireRefusal;
 use super::response::{encode_body, EncodeError};
 use super::wire::{CodecError, Reader};
 use crate::features::FeatureSnapshot;
@@ -56,7 +56,7 @@ pub fn is_valid_client_software(software: &ClientSoftware) -> bool {
 /// client can retry with a version both sides speak.
 pub fn unsupported_version_body() -> Bytes {
     let body = ApiVersionsResponse::default()
-        .with_error_code(error_codes::UNSUPPORTED_VERSION)
+        .with_error_code(WireRefusal::UnsupportedVersion.code())
         .with_api_keys(vec![ApiVersion::default()
             .with_api_key(ApiKey::ApiVersions as i16)
             .with_min_version(0)
@@ -67,7 +67,7 @@ pub fn unsupported_version_body() -> Bytes {
 /// The body of the INVALID_REQUEST answer to a v3+ request whose client software
 /// fields fail the pattern: no API keys, no features.
 pub fn invalid_request_body(version: i16) -> Result<Bytes, EncodeError> {
-    let body = ApiVersionsResponse::default().with_error_code(error_codes::INVALID_REQUEST);
+    let body = ApiVersionsResponse::default().with_error_code(WireRefusal::Malformed.code());
     encode_body(ApiKey::ApiVersions, version, &body)
 }
 
@@ -374,7 +374,7 @@ mod tests {
     #[test]
     fn unsupported_version_answer_is_v0_with_only_api_versions() {
         let decoded = decode_response(0, &unsupported_version_body()).unwrap();
-        assert_eq!(decoded.error_code, error_codes::UNSUPPORTED_VERSION);
+        assert_eq!(decoded.error_code, WireRefusal::UnsupportedVersion.code());
         assert_eq!(
             decoded.apis,
             vec![ApiRange {

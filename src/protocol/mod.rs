@@ -8,7 +8,7 @@
 pub mod api_versions;
 pub mod config_requests;
 pub mod draft_tags;
-pub mod error_codes;
+pub mod errors;
 pub mod frame;
 pub mod header;
 pub mod requests;

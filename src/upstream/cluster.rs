@@ -10,7 +10,7 @@ use super::UpstreamError;
 use crate::client::{negotiate, KafkaClient};
 use crate::features::{FinalizedFeatures, SupportedFeatures, SupportedRange};
 use crate::protocol::api_versions::{ApiRange, DecodedApiVersions};
-use crate::protocol::error_codes;
+use crate::protocol::errors::{self, ResponseError};
 use crate::protocol::{CodecError, Reader};
 use bytes::{Bytes, BytesMut};
 use futures::stream::FuturesUnordered;
@@ -355,7 +355,7 @@ async fn api_versions(
     target: &str,
 ) -> Result<DecodedApiVersions, UpstreamError> {
     let (_, decoded) = client.api_versions().await.map_err(|e| broken(target, e))?;
-    if decoded.error_code != error_codes::NONE {
+    if decoded.error_code != errors::NONE {
         return Err(UpstreamError::Protocol {
             target: target.to_owned(),
             reason: format!("ApiVersions failed with error code {}", decoded.error_code),
@@ -503,7 +503,7 @@ pub async fn forward_update_features(
                 target: target.clone(),
                 reason: format!("unreadable UpdateFeatures response: {e}"),
             })?;
-        if code != error_codes::NOT_CONTROLLER || Instant::now() + backoff >= deadline {
+        if code != ResponseError::NotController.code() || Instant::now() + backoff >= deadline {
             return Ok(raw);
         }
         tracing::info!("UpdateFeatures: {target} answered NOT_CONTROLLER; retrying in {backoff:?}");

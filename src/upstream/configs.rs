@@ -10,7 +10,8 @@ use super::link::LinkSettings;
 use super::UpstreamError;
 use crate::client::{negotiate, KafkaClient};
 use crate::policy::{ConfigResource, ReportedConfig};
-use crate::protocol::{error_codes, CodecError, Reader};
+use crate::protocol::errors::{self};
+use crate::protocol::{CodecError, Reader};
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_configs_request::{
     DescribeConfigsRequest, DescribeConfigsResource,
@@ -110,7 +111,7 @@ pub async fn describe(
             )
         })?;
         for (resource, code, message, entries) in results {
-            if code != error_codes::NONE {
+            if code != errors::NONE {
                 return Err(protocol(
                     &target,
                     format!(
@@ -121,7 +122,7 @@ pub async fn describe(
                             "broker"
                         },
                         resource.1,
-                        error_codes::name(code),
+                        errors::name(code),
                         message.unwrap_or_default()
                     ),
                 ));

@@ -16,7 +16,7 @@ use kshim::features::kafka::{
 };
 use kshim::features::UpgradeType;
 use kshim::protocol::api_versions::DecodedApiVersions;
-use kshim::protocol::error_codes;
+use kshim::protocol::errors;
 use offline::{feature_dependencies, version_mapping};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -202,9 +202,9 @@ async fn describe_all(target: &Target) -> Result<Described> {
             Ok::<_, kshim::client::ClientError>(answer)
         };
         match attempt.await {
-            Ok(answer) if answer.error_code != error_codes::NONE => failures.push(format!(
+            Ok(answer) if answer.error_code != errors::NONE => failures.push(format!(
                 "{server}: ApiVersions failed with {}",
-                error_codes::name(answer.error_code)
+                errors::name(answer.error_code)
             )),
             Ok(answer) => {
                 let (host, port) = server.rsplit_once(':').unwrap_or((server.as_str(), "9092"));
@@ -600,7 +600,7 @@ async fn update_features(
     // one, and otherwise each feature its own result.
     let mut outcome: BTreeMap<&String, Option<String>> = BTreeMap::new();
     for name in wanted.keys() {
-        let error = if response.error_code != error_codes::NONE {
+        let error = if response.error_code != errors::NONE {
             Some(message_or_name(
                 response.error_code,
                 response.error_message.as_deref(),
@@ -610,7 +610,7 @@ async fn update_features(
                 .results
                 .iter()
                 .find(|(f, _, _)| f == name)
-                .filter(|(_, code, _)| *code != error_codes::NONE)
+                .filter(|(_, code, _)| *code != errors::NONE)
                 .map(|(_, code, msg)| message_or_name(*code, msg.as_deref()))
         };
         outcome.insert(name, error);
@@ -674,6 +674,6 @@ async fn update_features(
 fn message_or_name(code: i16, message: Option<&str>) -> String {
     match message {
         Some(m) if !m.is_empty() => m.to_owned(),
-        _ => format!("{} (error code {code})", error_codes::name(code)),
+        _ => format!("{} (error code {code})", errors::name(code)),
     }
 }

@@ -10,7 +10,8 @@ use super::plan::{Audit, Plan};
 use crate::controller::UpdateSection;
 use crate::features::{Reason, UpdateRejection};
 use crate::policy::{self, Policies, ReportedConfig};
-use crate::protocol::{error_codes, Reader};
+use crate::protocol::errors::{self};
+use crate::protocol::Reader;
 use crate::upstream::{cluster, configs, Route, Upstream, UpstreamError};
 use bytes::Bytes;
 use std::future::Future;
@@ -235,7 +236,7 @@ async fn forward<C: Cluster>(section: &UpdateSection<'_>, cluster: &C, call: &Ca
     };
     let mut r = Reader::new(&raw);
     let code = r.i32("ThrottleTimeMs").and_then(|_| r.i16("ErrorCode"));
-    if code == Ok(error_codes::NONE) && !call.validate_only {
+    if code == Ok(errors::NONE) && !call.validate_only {
         let until = Instant::now() + call.mirror_wait;
         loop {
             cluster.refresh(call.mirror_wait).await;
@@ -273,6 +274,7 @@ mod tests {
     use crate::handlers::update_features::plan::{decide, Facts, Request};
     use crate::policy::rule::{Bound, ValueRule};
     use crate::policy::{ConfigResource, ConfigValidator, ConfigValidators};
+    use crate::protocol::errors::ResponseError;
     use crate::store::FileStore;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -473,7 +475,7 @@ mod tests {
         assert!(r.message.contains("connection reset"), "{}", r.message);
         assert_eq!(
             super::super::error_code(r.reason),
-            error_codes::REQUEST_TIMED_OUT
+            ResponseError::RequestTimedOut.code()
         );
     }
 
@@ -494,12 +496,12 @@ mod tests {
     async fn the_upstreams_refusal_stands_and_is_not_waited_for() {
         let b = bench();
         let cluster = FakeCluster::new(
-            Reply::Ok(answer(error_codes::NOT_CONTROLLER)),
+            Reply::Ok(answer(ResponseError::NotController.code())),
             Reply::Ok(vec![]),
         );
         assert_eq!(
             b.run(&cluster, "group.version", 1, SOON).await,
-            Outcome::Upstream(answer(error_codes::NOT_CONTROLLER))
+            Outcome::Upstream(answer(ResponseError::NotController.code()))
         );
         assert_eq!(cluster.refreshes.load(Ordering::Relaxed), 0);
     }
@@ -507,11 +509,11 @@ mod tests {
     #[tokio::test]
     async fn an_accepted_forward_waits_a_bounded_time_for_the_mirror() {
         let b = bench();
-        let cluster = FakeCluster::new(Reply::Ok(answer(error_codes::NONE)), Reply::Ok(vec![]));
+        let cluster = FakeCluster::new(Reply::Ok(answer(errors::NONE)), Reply::Ok(vec![]));
         let started = Instant::now();
         assert_eq!(
             b.run(&cluster, "group.version", 1, SOON).await,
-            Outcome::Upstream(answer(error_codes::NONE))
+            Outcome::Upstream(answer(errors::NONE))
         );
         assert!(cluster.refreshes.load(Ordering::Relaxed) >= 1);
         assert!(started.elapsed() < Duration::from_secs(2));
@@ -525,7 +527,7 @@ mod tests {
         assert_eq!(r.reason, Reason::AuditBlind);
         assert_eq!(
             super::super::error_code(r.reason),
-            error_codes::FEATURE_UPDATE_FAILED
+            ResponseError::FeatureUpdateFailed.code()
         );
         assert!(r.message.contains("broker 2"), "{}", r.message);
         assert_eq!(b.level("acme.audit"), 1);

@@ -20,8 +20,8 @@ pub use execute::{execute, Call, Cluster, Outcome, MIRROR_WAIT};
 pub use plan::{decide, Audit, Facts, Plan, Request};
 
 use super::{decode_request, Action, Context, HandlerError, Peer};
-use crate::features::{Blame, FeatureUpdate, Reason, UpdateRejection, UpgradeType};
-use crate::protocol::error_codes;
+use crate::features::{FeatureUpdate, Reason, UpdateRejection, UpgradeType};
+use crate::handlers::refusal::{Blame, Refusal};
 use crate::protocol::requests;
 use crate::protocol::response::{encode_frame, frame_with_body};
 use crate::protocol::HeaderPeek;
@@ -38,19 +38,9 @@ const WRITER_ATTEMPTS: u32 = 8;
 const FAILED_PREFIX: &str =
     "The update failed for all features since the following feature had an error: ";
 
-/// The one mapping from the feature model's reasons to Kafka's error codes.
+/// The error code an UpdateFeatures refusal is answered with.
 pub fn error_code(reason: Reason) -> i16 {
-    match reason {
-        Reason::InvalidRequest => error_codes::INVALID_REQUEST,
-        Reason::InvalidVersion | Reason::ConfigViolation | Reason::Incompatible => {
-            error_codes::INVALID_UPDATE_VERSION
-        }
-        Reason::NotAuthorized => error_codes::CLUSTER_AUTHORIZATION_FAILED,
-        Reason::Busy | Reason::UpstreamFailed => error_codes::REQUEST_TIMED_OUT,
-        Reason::AuditBlind | Reason::StoreFailed => error_codes::FEATURE_UPDATE_FAILED,
-        // What Kafka answers when the controller moved: clients retry it.
-        Reason::WriterLost => error_codes::NOT_CONTROLLER,
-    }
+    Refusal::FeatureUpdate(reason).code()
 }
 
 /// Answers one UpdateFeatures request; a request refused for want of ALTER on
@@ -139,7 +129,7 @@ async fn run(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<(Bytes, bool), 
         Outcome::Decided(Ok(())) => Ok((answer(request.header, &body, Ok(()))?, false)),
         Outcome::Decided(Err(rejection)) => {
             let code = error_code(rejection.reason);
-            match rejection.reason.blame() {
+            match Refusal::FeatureUpdate(rejection.reason).blame() {
                 Blame::Client if rejection.reason == Reason::NotAuthorized => {}
                 Blame::Client => {
                     tracing::debug!(principal = %peer.principal, peer = %peer.addr, code, "UpdateFeatures refused: {}", rejection.message)
