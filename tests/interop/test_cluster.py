@@ -137,6 +137,11 @@ def live_view(member) -> set[str]:
     return {i["instance_id"] for i in member.admin.cluster()["instances"] if i["live"]}
 
 
+def applied_offset(member) -> int:
+    """The next state-topic offset `member` will apply: it has read everything below it."""
+    return next(i["applied_offset"] for i in member.admin.cluster()["instances"] if i["self"])
+
+
 def wait_live_view(member, expected: set[str]) -> None:
     """A starting instance counts every registration it reads as live for one session
     timeout (as a new KRaft controller counts every registered broker): wait until the ones
@@ -166,6 +171,18 @@ def state_records(kafka, cluster_id: str) -> list[tuple[int, str, dict | None]]:
                         out.append((m.offset, key[len(prefix):], None if m.value is None else json.loads(m.value)))
         assert consumer.position(tp) >= end, "the state topic was not read to its end"
         return out
+    finally:
+        consumer.close()
+
+
+def state_topic_end(kafka) -> int:
+    """The state topic's high watermark: past every record written to it, committed or not."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap.split(","), enable_auto_commit=False, group_id=None)
+    try:
+        tp = TopicPartition(TOPIC, 0)
+        return consumer.end_offsets([tp])[tp]
     finally:
         consumer.close()
 
@@ -517,7 +534,6 @@ def test_a_paused_writer_never_commits_after_losing_its_role(kafka, kshim_factor
         sender = threading.Thread(target=lambda: outcome.update(r=update_features(z.bootstrap, 2, UPGRADE)))
         sender.start()
         assert wait_until(lambda: "pausing" in z.log_text(), 10), z.log_text()[-2000:]
-        time.sleep(0.3)
         os.kill(z.pid, signal.SIGSTOP)
         paused = time.monotonic()
         try:
@@ -554,11 +570,20 @@ def test_a_killed_writer_leaves_nothing_half_visible(kafka, kshim_factory, membe
         threading.Thread(target=lambda: _ignore(lambda: update_features(z.bootstrap, target, kind)),
                          daemon=True).start()
         assert wait_until(lambda: "pausing" in z.log_text(), 10)
-        time.sleep(0.3)
         os.kill(z.pid, signal.SIGKILL)
         z.proc.wait(10)
-        # Its open transaction is aborted by the coordinator within the transaction timeout.
-        time.sleep(4)
+        # Its open transaction is aborted by the coordinator once the transaction timeout has
+        # passed (the broker looks for expired ones every 10 s); the members, reading
+        # read_committed, get past its records only then.
+        written = state_topic_end(kafka)
+        applied = {}
+
+        def read_past() -> bool:
+            applied.update({m.instance: applied_offset(m) for m in members})
+            return min(applied.values()) >= written
+
+        assert wait_until(read_past, 30), (
+            f"kshim-z2's open transaction was not aborted: its records end at {written}, applied: {applied}")
         for m in members:
             assert served(m.bootstrap) == (epoch, level), m.instance
         assert update_features(c.bootstrap, 2 if level != 2 else 3, UPGRADE if level < 2 else SAFE_DOWNGRADE)[0] == NONE
@@ -570,9 +595,10 @@ def test_a_killed_writer_leaves_nothing_half_visible(kafka, kshim_factory, membe
 
 
 def _ignore(call):
+    """Runs a request whose connection may be cut by the kill the test makes."""
     try:
         call()
-    except OSError:
+    except (OSError, ke.EnvError):
         pass
 
 
@@ -618,7 +644,10 @@ def test_two_kshim_clusters_on_one_upstream_do_not_mix(kafka, kshim_factory, mem
         assert code == NONE, message
         east = converged(members)
         assert east[1] == east_target
-        time.sleep(0.5)
+        # West reads the same topic: once it has read past east's change, it still serves its own.
+        east_end = state_topic_end(kafka)
+        assert wait_until(lambda: applied_offset(west) >= east_end, 10), (
+            f"west did not read past east's change (offset {east_end}): it is at {applied_offset(west)}")
         assert served(west.bootstrap)[1] == 0, "west applied east's change"
         # Each sees only its own instances (east's kshim-a is not west's kshim-a).
         assert {i["instance_id"] for i in west.admin.cluster()["instances"]} == {"kshim-a"}

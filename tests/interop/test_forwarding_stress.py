@@ -284,6 +284,7 @@ def test_a_paused_broker_loses_no_acknowledged_record(kshim_factory, pausable_br
     producer = subprocess.Popen([sys.executable, "-c", STEADY_PRODUCER, proc.bootstrap, topic, "25", "100"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        # The schedule of the 25 s run: 5 s of steady load, the broker paused for 10 s, 10 s more.
         time.sleep(5)
         paused_at = time.time()
         with paused(broker.node(1).pid):
@@ -297,6 +298,7 @@ def test_a_paused_broker_loses_no_acknowledged_record(kshim_factory, pausable_br
     acked = {seq for seq, _ in result["acked"]}
     after_pause = [seq for seq, at in result["acked"] if at > resumed_at + 1]
     assert result["sent"] > 1500 and acked, result["sent"]
+    assert any(at < paused_at for _, at in result["acked"]), "no record was acknowledged before the pause"
     assert after_pause, "no record was acknowledged after the broker resumed"
     seen = json.loads(run_python(CONSUME_ALL, proc.bootstrap, topic, str(len(acked)), timeout=120))
     lost = acked - set(seen)

@@ -832,8 +832,10 @@ class MockGuard:
         self.sampler.__exit__(*exc)
 
     def stray(self) -> list[tuple[int, int]]:
-        time.sleep(0.2)  # one more sample, and kshim's log catching up
         seen = dict(self.sampler.seen)
+        # One more sample, taken here; kshim's log catching up is waited for below.
+        for lport, rport, inode in ke.established_to(self.sampler.ports):
+            seen.setdefault((lport, rport), inode)
         own = self.mock.own_socket_inodes()
         deadline = time.monotonic() + 3
         while True:
@@ -873,8 +875,8 @@ class TestMockCluster:
         """A connection straight to a mock broker is caught by the sampler."""
         host, port = ke.split_hostport(mock.bootstrap.split(",")[1])
         with socket.create_connection((host, port), timeout=5) as s:
-            time.sleep(0.3)
             mine = s.getsockname()[1]
+            assert ke.wait_until(lambda: (mine, port) in sampler.sampler.seen, 5), "the sampler never saw it"
         assert (mine, port) in sampler.stray()
         sampler.checked = True
 

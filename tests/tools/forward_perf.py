@@ -16,10 +16,10 @@ stopped by its PID.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +52,23 @@ def producer(bootstrap: str, topic: str, size: int, records: int) -> float:
     return float(final[-1][1])
 
 
+def perf_counters(perf_pid: int) -> int:
+    """How many perf event descriptors the perf process holds (0 while they cannot be read)."""
+    try:
+        return sum(os.readlink(fd) == "anon_inode:[perf_event]" for fd in Path(f"/proc/{perf_pid}/fd").iterdir())
+    except OSError:
+        return 0
+
+
 def measure(pid: int, run) -> tuple[dict[str, float], float, float]:
     events = [e for group in EVENTS.values() for e in group] + ["task-clock"]
+    # perf has attached once it holds a counter for each event on each thread of `pid`.
+    want = len(events) * len(os.listdir(f"/proc/{pid}/task"))
     perf = subprocess.Popen(["perf", "stat", "-x", ",", "-p", str(pid), "-e", ",".join(events)],
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    if not ke.wait_until(lambda: perf_counters(perf.pid) >= want, 10):
+        perf.kill()
+        raise SystemExit(f"perf stat did not attach to pid {pid} within 10 s:\n{perf.communicate()[1][-2000:]}")
     try:
         mbs = run()
     finally:
