@@ -385,7 +385,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
                 create_topics::handle(
                     &policies,
                     &[&ctx.controller.snapshot().finalized],
-                    frame.clone(),
+                    kshim::protocol::Incoming::parse(frame.clone()).expect("a request header"),
                     defaults
                 ),
                 Ok(Action::Close(_)) | Err(_)
@@ -415,7 +415,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
                 incremental_alter_configs::handle(
                     &policies,
                     &[&ctx.controller.snapshot().finalized],
-                    frame.clone()
+                    kshim::protocol::Incoming::parse(frame.clone()).expect("a request header")
                 ),
                 Ok(Action::Close(_)) | Err(_)
             );
@@ -440,7 +440,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
             let _ = create_topics::handle(
                 &policies,
                 &[&ctx.controller.snapshot().finalized],
-                frame.clone(),
+                kshim::protocol::Incoming::parse(frame.clone()).expect("a request header"),
                 defaults,
             );
         });
@@ -453,7 +453,7 @@ async fn in_process(broker: &[(Kind, Duration)]) -> Result<(), String> {
             let _ = incremental_alter_configs::handle(
                 &policies,
                 &[&ctx.controller.snapshot().finalized],
-                frame.clone(),
+                kshim::protocol::Incoming::parse(frame.clone()).expect("a request header"),
             );
         });
         println!("\n## The check next to the broker's own work (baseline p50)\n");

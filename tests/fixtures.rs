@@ -462,7 +462,8 @@ fn peer() -> Arc<Peer> {
 }
 
 async fn answer(ctx: &Arc<Context>, request: &Fixture) -> Bytes {
-    match dispatch(ctx, &peer(), request.frame()).settle().await {
+    let incoming = kshim::protocol::Incoming::parse(request.frame()).expect("a request header");
+    match dispatch(ctx, &peer(), incoming).settle().await {
         Action::Respond(frame) => frame,
         other => panic!("{}: kshim did not answer: {other:?}", request.file),
     }

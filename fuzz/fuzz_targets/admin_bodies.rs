@@ -282,7 +282,10 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     for key in ["log.level", r#"policy.create_topic.configs."retention.ms""#] {
         out.push((
             format!("delete-{}", key.replace(['"', '.'], "_")),
-            common::Seed::new().byte(DELETE).bytes(key.as_bytes()).done(),
+            common::Seed::new()
+                .byte(DELETE)
+                .bytes(key.as_bytes())
+                .done(),
         ));
     }
     let scenarios: &[(&str, &str)] = &[
@@ -298,7 +301,10 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
             "errors",
             r#"{"errors": [{"api": "UpdateFeatures", "error_code": 41, "times": 2}], "delays": [{"api": "Metadata", "ms": 5}]}"#,
         ),
-        ("refused", r#"{"errors": [{"api": "Produce", "error_code": 6}], "name": "other"}"#),
+        (
+            "refused",
+            r#"{"errors": [{"api": "Produce", "error_code": 6}], "name": "other"}"#,
+        ),
     ];
     for (name, body) in scenarios {
         out.push((

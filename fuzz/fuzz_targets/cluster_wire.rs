@@ -1,5 +1,5 @@
 //! What a kshim cluster member reads from the brokers that hold its shared state
-//! (`cluster::wire`): the answers to Metadata, CreateTopics, FindCoordinator,
+//! (`protocol::apis`, `protocol::records`): the answers to Metadata, CreateTopics, FindCoordinator,
 //! InitProducerId, AddPartitionsToTxn, Produce, EndTxn, ListOffsets and Fetch,
 //! the record batches a Fetch carries, and the records in them
 //! (`cluster::records::Codec::read`).
@@ -43,8 +43,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kshim::cluster::records::{Read, StateRecord};
-use kshim::cluster::wire::{self, ProducerIdentity};
 use kshim::cluster::{Codec, InstanceStatus, Registration, SharedFeatures};
+use kshim::protocol::apis::{self as wire, ProducerIdentity};
+use kshim::protocol::records;
 use libfuzzer_sys::fuzz_target;
 
 #[global_allocator]
@@ -67,7 +68,7 @@ fn codec() -> Codec {
 }
 
 fn read_batches(codec: &Codec, records: &Bytes) {
-    let Ok(batches) = wire::decode_batches(records) else {
+    let Ok(batches) = records::decode_batches(records) else {
         return;
     };
     for batch in &batches {
@@ -133,8 +134,8 @@ fn round_trip(codec: &Codec, input: &mut common::Input<'_>) {
         epoch: 7,
     });
     let transactional = flags & 1 != 0 && producer.is_some();
-    let encoded = wire::encode_batch(producer, 0, transactional, 1_700_000_000_000, &records);
-    let batches = wire::decode_batches(&encoded).expect("an encoded batch decodes");
+    let encoded = records::encode_batch(producer, 0, transactional, 1_700_000_000_000, &records);
+    let batches = records::decode_batches(&encoded).expect("an encoded batch decodes");
     if records.is_empty() {
         assert!(batches.is_empty(), "no records make no batch");
     } else {
@@ -187,7 +188,7 @@ fuzz_target!(
         let codec = codec();
         match (selector & 0x7f) % SELECTORS {
             0 => {
-                let _ = wire::decode_metadata(input.rest());
+                let _ = wire::decode_metadata(wire::METADATA_VERSION, input.rest());
             }
             1 => {
                 let _ = wire::decode_create_topics(input.rest());
@@ -357,7 +358,7 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
         seed(7, &encode(&offsets, wire::LIST_OFFSETS_VERSION)),
     ));
 
-    let batch = wire::encode_batch(
+    let batch = records::encode_batch(
         Some(ProducerIdentity {
             producer_id: 4242,
             epoch: 7,
@@ -367,7 +368,7 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
         1_700_000_000_000,
         &state_records(),
     );
-    let plain = wire::encode_batch(None, -1, false, 1_700_000_000_000, &state_records()[..2]);
+    let plain = records::encode_batch(None, -1, false, 1_700_000_000_000, &state_records()[..2]);
     let mut two = batch.to_vec();
     two.extend_from_slice(&plain);
     let fetch = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()

@@ -22,6 +22,7 @@ mod common;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kshim::handlers::sasl::{self, SaslExchange};
+use kshim::protocol::Incoming;
 use libfuzzer_sys::fuzz_target;
 
 #[global_allocator]
@@ -68,7 +69,11 @@ fuzz_target!(
                     if let Some(peek) = chunk.get(..2) {
                         let _ = sasl::reads(i16::from_be_bytes([peek[0], peek[1]]));
                     }
-                    let _ = exchange.request(&Bytes::copy_from_slice(chunk));
+                    // The connection reads the fixed header first; a frame too
+                    // short for it never reaches the exchange.
+                    if let Ok(incoming) = Incoming::parse(Bytes::copy_from_slice(chunk)) {
+                        let _ = exchange.request(&incoming);
+                    }
                 }
                 REQUEST => {
                     correlation_id = correlation_id.wrapping_add(1);
@@ -78,7 +83,9 @@ fuzz_target!(
                         ApiKey::SaslHandshake
                     };
                     let version = i16::from((op >> 5) & 3);
-                    let _ = exchange.request(&request(api, version, correlation_id, chunk));
+                    if let Ok(incoming) = Incoming::parse(request(api, version, correlation_id, chunk)) {
+                        let _ = exchange.request(&incoming);
+                    }
                 }
                 RAW_ANSWER => {
                     let _ = exchange.response(chunk);

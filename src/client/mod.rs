@@ -3,8 +3,9 @@
 //! `examples/`. Responses are read through the bounded decoders of `protocol`.
 
 use crate::protocol::api_versions::{self, ApiRange, DecodedApiVersions};
-use crate::protocol::response::response_header_version;
-use crate::protocol::wire::{CodecError, Reader};
+pub use crate::protocol::apis::{decode_update_features_response, UpdateFeaturesAnswer};
+use crate::protocol::response::{response_body_offset, response_correlation_id};
+use crate::protocol::wire::CodecError;
 use crate::protocol::FrameCodec;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
@@ -46,15 +47,6 @@ pub struct KafkaClient {
     next_correlation_id: i32,
     timeout: Duration,
     client_id: String,
-}
-
-/// A feature update result as the server reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpdateFeaturesAnswer {
-    pub error_code: i16,
-    pub error_message: Option<String>,
-    /// (feature, code, message); empty for v2 and for failures.
-    pub results: Vec<(String, i16, Option<String>)>,
 }
 
 impl KafkaClient {
@@ -157,8 +149,7 @@ impl KafkaClient {
             addr: self.addr.clone(),
             source,
         };
-        let mut r = Reader::new(&response);
-        let got = r.i32("correlation id").map_err(decode)?;
+        let got = response_correlation_id(&response).map_err(decode)?;
         if got != correlation_id {
             return Err(ClientError::Protocol {
                 addr: self.addr.clone(),
@@ -167,10 +158,8 @@ impl KafkaClient {
                 ),
             });
         }
-        if response_header_version(api, version) >= 1 {
-            r.tagged_fields("response header").map_err(decode)?;
-        }
-        Ok(response.slice(r.position()..))
+        let offset = response_body_offset(api, version, &response).map_err(decode)?;
+        Ok(response.slice(offset..))
     }
 
     /// ApiVersions at the highest version both sides speak (v4 first, then what
@@ -186,12 +175,10 @@ impl KafkaClient {
             let raw = self.request(ApiKey::ApiVersions, version, &body).await?;
             // An UNSUPPORTED_VERSION answer always comes in the v0 layout.
             let first =
-                Reader::new(&raw)
-                    .i16("ErrorCode")
-                    .map_err(|source| ClientError::Decode {
-                        addr: self.addr.clone(),
-                        source,
-                    })?;
+                api_versions::response_error_code(&raw).map_err(|source| ClientError::Decode {
+                    addr: self.addr.clone(),
+                    source,
+                })?;
             if first == crate::protocol::errors::ResponseError::UnsupportedVersion.code() {
                 // Brokers list their ApiVersions range in the v0 layout. Some servers
                 // (librdkafka's mock cluster) send an unreadable list instead; then
@@ -273,36 +260,4 @@ fn software_fields() -> Vec<u8> {
     crate::protocol::wire::put_compact_string(&mut out, env!("CARGO_PKG_VERSION"));
     out.push(0);
     out
-}
-
-/// UpdateFeaturesResponse v0-v2 (flexible in every version).
-pub fn decode_update_features_response(
-    version: i16,
-    raw: &[u8],
-) -> Result<UpdateFeaturesAnswer, CodecError> {
-    let mut r = Reader::new(raw);
-    r.i32("ThrottleTimeMs")?;
-    let error_code = r.i16("ErrorCode")?;
-    let error_message = r
-        .compact_nullable_string("ErrorMessage")?
-        .map(str::to_owned);
-    let mut results = Vec::new();
-    if version < 2 {
-        let n = r.array_len(true, 4, "Results")?.unwrap_or(0);
-        for _ in 0..n {
-            let feature = r.string(true, "Feature")?.to_owned();
-            let code = r.i16("ErrorCode")?;
-            let message = r
-                .compact_nullable_string("ErrorMessage")?
-                .map(str::to_owned);
-            r.tagged_fields("UpdatableFeatureResult")?;
-            results.push((feature, code, message));
-        }
-    }
-    r.tagged_fields("UpdateFeaturesResponse")?;
-    Ok(UpdateFeaturesAnswer {
-        error_code,
-        error_message,
-        results,
-    })
 }

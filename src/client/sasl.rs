@@ -10,8 +10,8 @@
 //! password too.
 
 use super::{ClientError, KafkaClient};
+use crate::protocol::apis::sasl;
 use crate::protocol::errors::{self};
-use crate::protocol::wire::Reader;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use kafka_protocol::messages::ApiKey;
@@ -117,19 +117,9 @@ impl KafkaClient {
         body.extend_from_slice(&(name.len() as i16).to_be_bytes());
         body.extend_from_slice(name.as_bytes());
         let raw = self.request(ApiKey::SaslHandshake, 1, &body).await?;
-        let mut r = Reader::new(&raw);
-        let code = r.i16("ErrorCode").map_err(|e| self.decode_error(e))?;
+        let (code, enabled) = sasl::handshake_answer(&raw).map_err(|e| self.decode_error(e))?;
         if code == errors::NONE {
             return Ok(());
-        }
-        let mut enabled = Vec::new();
-        if let Ok(Some(n)) = r.array_len(false, 2, "Mechanisms") {
-            for _ in 0..n {
-                match r.string(false, "Mechanism") {
-                    Ok(m) => enabled.push(m.to_owned()),
-                    Err(_) => break,
-                }
-            }
         }
         Err(ClientError::Protocol {
             addr: self.addr.clone(),
@@ -155,21 +145,15 @@ impl KafkaClient {
         body.extend_from_slice(&(token.len() as i32).to_be_bytes());
         body.extend_from_slice(token);
         let raw = self.request(ApiKey::SaslAuthenticate, 1, &body).await?;
-        let mut r = Reader::new(&raw);
-        let code = r.i16("ErrorCode").map_err(|e| self.decode_error(e))?;
-        let message = r
-            .nullable_string("ErrorMessage")
-            .map_err(|e| self.decode_error(e))?
-            .map(str::to_owned);
-        if code != errors::NONE {
-            let reason = message.unwrap_or_else(|| errors::name(code).to_string());
+        let answer = sasl::authenticate_answer(1, &raw).map_err(|e| self.decode_error(e))?;
+        if answer.error_code != errors::NONE {
+            let reason = answer.error_message.map_or_else(
+                || errors::name(answer.error_code).to_string(),
+                str::to_owned,
+            );
             return Err(self.sasl_error(credentials, reason));
         }
-        let len = r.i32("AuthBytes").map_err(|e| self.decode_error(e))?;
-        let bytes = r
-            .bytes(usize::try_from(len).unwrap_or(0), "AuthBytes")
-            .map_err(|e| self.decode_error(e))?;
-        Ok(bytes.to_vec())
+        Ok(answer.token.to_vec())
     }
 
     fn decode_error(&self, source: crate::protocol::wire::CodecError) -> ClientError {

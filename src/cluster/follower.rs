@@ -12,8 +12,8 @@
 //! key, so a compacted topic still yields the whole set.
 
 use super::records::{Read, StateRecord};
-use super::wire::{self, Batch, ControlType};
 use super::{ClusterNode, LogError, SharedFeatures};
+use crate::protocol::records::{self, Batch, ControlType};
 use crate::store::Overrides;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -137,7 +137,7 @@ pub async fn follow<A: Applier>(
         for (producer, first) in &answer.aborted {
             pos.pending_aborts.insert((*first, *producer));
         }
-        let batches = match wire::decode_batches(&answer.records) {
+        let batches = match records::decode_batches(&answer.records) {
             Ok(b) => b,
             Err(e) => {
                 let e = LogError::Topic {

@@ -5,8 +5,8 @@
 //! Connections are kshim's own (the upstream's TLS and SASL settings), one per
 //! broker address, dropped on the first error so the next call reconnects.
 
-use super::wire::{self, FetchAnswer, FetchSpec, MetadataAnswer};
 use crate::client::KafkaClient;
+use crate::protocol::apis::{self as wire, FetchAnswer, FetchSpec, MetadataAnswer};
 use crate::protocol::errors::{self, ResponseError};
 use crate::upstream::cluster::control_connection;
 use crate::upstream::configs::{self, RESOURCE_TOPIC};
@@ -178,9 +178,11 @@ impl StateLog {
                 &wire::metadata_request(&[&self.topic.clone()]),
             )
             .await?;
-        let answer = wire::decode_metadata(&raw).map_err(|e| UpstreamError::Protocol {
-            target: "the upstream".into(),
-            reason: format!("unreadable Metadata response: {e}"),
+        let answer = wire::decode_metadata(wire::METADATA_VERSION, &raw).map_err(|e| {
+            UpstreamError::Protocol {
+                target: "the upstream".into(),
+                reason: format!("unreadable Metadata response: {e}"),
+            }
         })?;
         self.brokers = answer
             .brokers

@@ -19,7 +19,6 @@ pub mod log;
 pub mod records;
 pub mod registration;
 pub mod settings;
-pub mod wire;
 pub mod writer;
 
 pub use follower::{follow, Applier};

@@ -10,9 +10,10 @@
 //! renewing one never fences a change in progress.
 
 use super::log::{LogError, StateLog};
-use super::wire::{self, ProducerIdentity};
 use super::ClusterNode;
+use crate::protocol::apis::{self as wire, ProducerIdentity};
 use crate::protocol::errors::{self, ResponseError};
+use crate::protocol::records;
 use kafka_protocol::messages::ApiKey;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,7 @@ impl Announcer {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let batch = wire::encode_batch(
+        let batch = records::encode_batch(
             Some(identity),
             self.sequence,
             false,
@@ -94,7 +95,7 @@ impl Announcer {
         })?;
         match errors::error(answer.error_code) {
             None | Some(ResponseError::DuplicateSequenceNumber) => {
-                self.sequence = wire::next_sequence(self.sequence, 1);
+                self.sequence = records::next_sequence(self.sequence, 1);
                 Ok(())
             }
             Some(error) => {

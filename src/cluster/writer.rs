@@ -15,8 +15,9 @@
 //! change committed before it.
 
 use super::log::{LogError, StateLog};
-use super::wire::{self, ProducerIdentity};
+use crate::protocol::apis::{self as wire, ProducerIdentity};
 use crate::protocol::errors::{self, ResponseError};
+use crate::protocol::records;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use std::time::{Duration, Instant};
@@ -234,7 +235,7 @@ impl TxnWriter {
             .iter()
             .map(|(k, v)| (Some(k.clone()), v.clone()))
             .collect();
-        let batch = wire::encode_batch(Some(identity), self.sequence, true, now_ms, &records);
+        let batch = records::encode_batch(Some(identity), self.sequence, true, now_ms, &records);
         let produce = wire::produce_request(Some(&txn), -1, 30_000, &topic, 0, batch);
         let last = loop {
             let addr = self.log.leader_addr().await;
@@ -280,7 +281,7 @@ impl TxnWriter {
             past(deadline, &format!("writing the change: {e}"))?;
             tokio::time::sleep(RETRY_PAUSE).await;
         };
-        self.sequence = wire::next_sequence(self.sequence, entries.len());
+        self.sequence = records::next_sequence(self.sequence, entries.len());
         fault_pause_before_commit().await;
 
         let end = wire::end_txn_request(&txn, identity, true);

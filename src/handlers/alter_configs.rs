@@ -11,7 +11,7 @@ use crate::features::FinalizedFeatures;
 use crate::policy::ConfigResource;
 use crate::policy::Policies;
 use crate::protocol::config_requests::{alter_configs, ALTER_CONFIGS_VERSIONS};
-use bytes::Bytes;
+use crate::protocol::Incoming;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::ApiKey;
 use std::collections::BTreeMap;
@@ -23,10 +23,10 @@ const API: ApiKey = ApiKey::AlterConfigs;
 pub fn handle(
     policies: &Policies,
     level_sets: &[&FinalizedFeatures],
-    frame: Bytes,
+    request: Incoming,
 ) -> Result<Action, HandlerError> {
     let (request, (body, entries)) =
-        decode_request(API, ALTER_CONFIGS_VERSIONS.1, frame, alter_configs)?;
+        decode_request(API, ALTER_CONFIGS_VERSIONS.1, request, alter_configs)?;
     let version = request.header.api_version;
     let (slots, accepted) = checked::judge_resources(
         API,

@@ -10,7 +10,7 @@ use crate::protocol::api_versions::{
     parse_request, success_body, unsupported_version_body, ApiRange, ClientSoftware, MAX_VERSION,
 };
 use crate::protocol::response::{frame_with_body, EncodeError};
-use crate::protocol::{HeaderPeek, RequestFrame};
+use crate::protocol::Incoming;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -219,9 +219,9 @@ pub struct Request {
 }
 
 /// Reads an ApiVersions request.
-pub fn read(frame: Bytes) -> Result<Read, HandlerError> {
+pub fn read(request: Incoming) -> Result<Read, HandlerError> {
     let api = ApiKey::ApiVersions;
-    let peek = HeaderPeek::parse(&frame).map_err(HandlerError::malformed(api, 0))?;
+    let peek = request.header;
     if !(0..=MAX_VERSION).contains(&peek.api_version) {
         return Ok(Read::Refused(frame_with_body(
             api,
@@ -231,7 +231,9 @@ pub fn read(frame: Bytes) -> Result<Read, HandlerError> {
         )));
     }
     let version = peek.api_version;
-    let request = RequestFrame::parse(frame).map_err(HandlerError::malformed(api, version))?;
+    let request = request
+        .decode_header()
+        .map_err(HandlerError::malformed(api, version))?;
     let software =
         parse_request(version, request.body()).map_err(HandlerError::malformed(api, version))?;
     if let Some(s) = &software {
@@ -326,8 +328,8 @@ fn narrowed(apis: &[ApiRange], ranges: &[(i16, i16, i16)]) -> Vec<ApiRange> {
 }
 
 /// Answers an ApiVersions request (as a client with no lab scenario gets it).
-pub fn handle(ctx: &Context, frame: Bytes) -> Result<Bytes, HandlerError> {
-    match read(frame)? {
+pub fn handle(ctx: &Context, request: Incoming) -> Result<Bytes, HandlerError> {
+    match read(request)? {
         Read::Refused(frame) => Ok(frame),
         Read::Request(request) => answer(ctx, &request, None).map(|(frame, _)| frame),
     }

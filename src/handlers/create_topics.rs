@@ -11,8 +11,8 @@ use crate::policy::TopicDetails;
 use crate::protocol::config_requests::{create_topics, CREATE_TOPICS_VERSIONS};
 use crate::protocol::response::encode_body;
 use crate::protocol::results::{ResultKey, Slot};
+use crate::protocol::Incoming;
 use crate::upstream::configs::TopicDefaults;
-use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::ApiKey;
@@ -26,11 +26,11 @@ const API: ApiKey = ApiKey::CreateTopics;
 pub fn handle(
     policies: &Policies,
     level_sets: &[&FinalizedFeatures],
-    frame: Bytes,
+    request: Incoming,
     defaults: TopicDefaults,
 ) -> Result<Action, HandlerError> {
     let (request, (body, entries)) =
-        decode_request(API, CREATE_TOPICS_VERSIONS.1, frame, create_topics)?;
+        decode_request(API, CREATE_TOPICS_VERSIONS.1, request, create_topics)?;
     let version = request.header.api_version;
 
     let mut seen: HashMap<&str, usize> = HashMap::with_capacity(body.topics.len());

@@ -6,6 +6,7 @@ use super::refusal::Refusal;
 use super::{cluster_authorized_operations, decode_request, Context, HandlerError, Peer};
 use crate::protocol::requests;
 use crate::protocol::response::encode_frame;
+use crate::protocol::Incoming;
 use bytes::Bytes;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterResponse};
@@ -15,9 +16,9 @@ pub const MAX_VERSION: i16 = 2;
 const ENDPOINT_BROKERS: i8 = 1;
 const ENDPOINT_CONTROLLERS: i8 = 2;
 
-pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, HandlerError> {
+pub fn handle(ctx: &Context, peer: &Peer, request: Incoming) -> Result<Bytes, HandlerError> {
     let api = ApiKey::DescribeCluster;
-    let (request, body) = decode_request(api, MAX_VERSION, frame, requests::describe_cluster)?;
+    let (request, body) = decode_request(api, MAX_VERSION, request, requests::describe_cluster)?;
     let version = request.header.api_version;
 
     let mut response = DescribeClusterResponse::default()

@@ -6,7 +6,7 @@
 //! results kshim gave for the items it refused.
 
 use super::Action;
-use crate::protocol::{CodecError, HeaderPeek, Reader};
+use crate::protocol::{requests, CodecError, HeaderPeek};
 use crate::upstream::rewrite::rewritable_versions;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -85,7 +85,7 @@ pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
         None => AfterResponse::PassOn,
     };
     let expects_response = if api == ApiKey::Produce {
-        match produce_acks(&frame, version) {
+        match requests::produce_acks(&frame, version) {
             Ok(acks) => acks != 0,
             Err(e) => return Action::Close(format!("malformed Produce v{version} request: {e}")),
         }
@@ -104,22 +104,6 @@ pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
             delay: None,
         },
     })
-}
-
-/// The acks field of a Produce request: first in v0-v2, after TransactionalId
-/// from v3 (a compact string, after a flexible header, from v9). Read in place:
-/// this runs for every Produce.
-fn produce_acks(frame: &[u8], version: i16) -> Result<i16, CodecError> {
-    let mut r = Reader::new(frame);
-    r.bytes(8, "request header")?;
-    r.nullable_string("client id")?;
-    if version >= 9 {
-        r.tagged_fields("request header")?;
-        r.compact_nullable_string("TransactionalId")?;
-    } else if version >= 3 {
-        r.nullable_string("TransactionalId")?;
-    }
-    r.i16("Acks")
 }
 
 #[cfg(test)]

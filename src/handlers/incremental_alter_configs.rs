@@ -12,7 +12,7 @@ use crate::policy::Policies;
 use crate::protocol::config_requests::{
     incremental_alter_configs, INCREMENTAL_ALTER_CONFIGS_VERSIONS,
 };
-use bytes::Bytes;
+use crate::protocol::Incoming;
 use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
 use kafka_protocol::messages::ApiKey;
 
@@ -26,12 +26,12 @@ const APPEND: i8 = 2;
 pub fn handle(
     policies: &Policies,
     level_sets: &[&FinalizedFeatures],
-    frame: Bytes,
+    request: Incoming,
 ) -> Result<Action, HandlerError> {
     let (request, (body, entries)) = decode_request(
         API,
         INCREMENTAL_ALTER_CONFIGS_VERSIONS.1,
-        frame,
+        request,
         incremental_alter_configs,
     )?;
     let version = request.header.api_version;

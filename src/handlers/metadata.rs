@@ -5,6 +5,7 @@ use super::refusal::Refusal;
 use super::{cluster_authorized_operations, decode_request, Context, HandlerError, Peer};
 use crate::protocol::requests;
 use crate::protocol::response::encode_frame;
+use crate::protocol::Incoming;
 use bytes::Bytes;
 use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponseTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataResponse};
@@ -12,9 +13,9 @@ use kafka_protocol::protocol::StrBytes;
 
 pub const MAX_VERSION: i16 = 13;
 
-pub fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<Bytes, HandlerError> {
+pub fn handle(ctx: &Context, peer: &Peer, request: Incoming) -> Result<Bytes, HandlerError> {
     let api = ApiKey::Metadata;
-    let (request, body) = decode_request(api, MAX_VERSION, frame, requests::metadata)?;
+    let (request, body) = decode_request(api, MAX_VERSION, request, requests::metadata)?;
     let version = request.header.api_version;
 
     let node = &ctx.node;

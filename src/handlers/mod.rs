@@ -20,7 +20,7 @@ pub mod update_features;
 use crate::controller::FeatureController;
 use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
-use crate::protocol::{CodecError, HeaderPeek};
+use crate::protocol::{CodecError, Incoming};
 use crate::upstream::{Route, Upstream};
 use api_versions::Discovery;
 use arc_swap::ArcSwapOption;
@@ -180,43 +180,35 @@ impl From<Result<Bytes, HandlerError>> for Action {
 /// Routes one request frame to its handler: kshim answers ApiVersions and
 /// UpdateFeatures itself; in front of a cluster everything else is forwarded,
 /// and a standalone kshim answers Metadata and DescribeCluster too.
-pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, frame: Bytes) -> Action {
-    let peek = match HeaderPeek::parse(&frame) {
-        Ok(peek) => peek,
-        Err(e) => return Action::Close(format!("unreadable request header: {e}")),
-    };
+pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Action {
+    let peek = request.header;
     let Some(api) = peek.known_api_key() else {
         return Action::Close(format!("unknown API key {}", peek.api_key));
     };
     match api {
-        ApiKey::ApiVersions => api_versions::handle(ctx, frame).into(),
+        ApiKey::ApiVersions => api_versions::handle(ctx, request).into(),
         ApiKey::UpdateFeatures => {
             let (ctx, peer) = (Arc::clone(ctx), Arc::clone(peer));
             Action::Later(Box::pin(async move {
-                update_features::handle(&ctx, &peer, frame).await
+                update_features::handle(&ctx, &peer, request).await
             }))
         }
         ApiKey::CreateTopics | ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs
             if ctx.upstream.is_some() =>
         {
-            checked_request(ctx, peer, api, peek, frame)
+            checked_request(ctx, peer, api, request)
         }
-        _ if ctx.upstream.is_some() => forward::plan(api, peek, frame),
-        ApiKey::Metadata => metadata::handle(ctx, peer, frame).into(),
-        ApiKey::DescribeCluster => describe_cluster::handle(ctx, peer, frame).into(),
+        _ if ctx.upstream.is_some() => forward::plan(api, peek, request.frame),
+        ApiKey::Metadata => metadata::handle(ctx, peer, request).into(),
+        ApiKey::DescribeCluster => describe_cluster::handle(ctx, peer, request).into(),
         other => Action::Close(format!("{other:?} is not served by a standalone kshim")),
     }
 }
 
 /// The requests kshim checks before forwarding; forwarded as they are when no
 /// policy could refuse them.
-fn checked_request(
-    ctx: &Arc<Context>,
-    peer: &Peer,
-    api: ApiKey,
-    peek: HeaderPeek,
-    frame: Bytes,
-) -> Action {
+fn checked_request(ctx: &Arc<Context>, peer: &Peer, api: ApiKey, request: Incoming) -> Action {
+    let peek = request.header;
     if let Some((min, max)) = checked_versions(api) {
         if !(min..=max).contains(&peek.api_version) {
             return Action::Close(format!(
@@ -231,7 +223,7 @@ fn checked_request(
     // pass until the upstream has answered.
     let pass = (!policies.validators.is_empty()).then(|| ctx.controller.fence().pass());
     if !checked::anything_to_check(&policies) || policies.exempts(&peer.principal) {
-        return checked::holding(forward::plan(api, peek, frame), pass);
+        return checked::holding(forward::plan(api, peek, request.frame), pass);
     }
     let snapshot = ctx.controller.snapshot();
     let mut levels = vec![&snapshot.finalized];
@@ -243,10 +235,10 @@ fn checked_request(
                 .as_ref()
                 .map(|u| u.view().topic_defaults)
                 .unwrap_or_default();
-            create_topics::handle(&policies, &levels, frame, defaults)
+            create_topics::handle(&policies, &levels, request, defaults)
         }
-        ApiKey::AlterConfigs => alter_configs::handle(&policies, &levels, frame),
-        _ => incremental_alter_configs::handle(&policies, &levels, frame),
+        ApiKey::AlterConfigs => alter_configs::handle(&policies, &levels, request),
+        _ => incremental_alter_configs::handle(&policies, &levels, request),
     };
     match result {
         Ok(action) => checked::holding(action, pass),
@@ -271,12 +263,13 @@ pub fn checked_versions(api: ApiKey) -> Option<(i16, i16)> {
 pub(crate) fn decode_request<T>(
     api: ApiKey,
     max: i16,
-    frame: Bytes,
+    request: Incoming,
     decode: fn(i16, &[u8]) -> Result<T, CodecError>,
 ) -> Result<(crate::protocol::RequestFrame, T), HandlerError> {
-    let request =
-        crate::protocol::RequestFrame::parse(frame).map_err(HandlerError::malformed(api, 0))?;
     let version = request.header.api_version;
+    let request = request
+        .decode_header()
+        .map_err(HandlerError::malformed(api, 0))?;
     check_version(api, version, max)?;
     let body = decode(version, request.body()).map_err(HandlerError::malformed(api, version))?;
     Ok((request, body))

@@ -29,9 +29,11 @@
 //! changes nothing.
 
 use super::refusal::Refusal;
+use crate::protocol::apis::sasl;
 use crate::protocol::errors;
 use crate::protocol::response::{encode_frame, response_body_offset};
-use crate::protocol::{CodecError, Reader, RequestFrame};
+use crate::protocol::Incoming;
+use crate::protocol::{CodecError, RequestFrame};
 use base64::Engine as _;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse};
@@ -106,8 +108,8 @@ impl SaslExchange {
 
     /// Judges a SaslHandshake or SaslAuthenticate request on its way to the
     /// upstream.
-    pub fn request(&mut self, frame: &Bytes) -> SaslVerdict {
-        let request = match RequestFrame::parse(frame.clone()) {
+    pub fn request(&mut self, request: &Incoming) -> SaslVerdict {
+        let request = match request.clone().decode_header() {
             Ok(r) => r,
             Err(e) => return SaslVerdict::Close(format!("unreadable SASL request: {e}")),
         };
@@ -149,8 +151,7 @@ impl SaslExchange {
                     .into(),
             );
         }
-        let mechanism = Reader::new(request.body())
-            .string(false, "Mechanism")
+        let mechanism = sasl::handshake_mechanism(request.body())
             .map_err(|e| format!("unreadable SaslHandshake: {e}"))?
             .to_owned();
         if let Some(x) = &self.exchange {
@@ -184,7 +185,7 @@ impl SaslExchange {
             }
             return Err("SaslAuthenticate before a successful SaslHandshake".into());
         };
-        let token = auth_bytes(&mut Reader::new(request.body()), version >= 2)
+        let token = sasl::authenticate_token(version, request.body())
             .map_err(|e| format!("unreadable SaslAuthenticate: {e}"))?;
         if x.tokens_sent == 0 && names_users(&x.mechanism) {
             let name = client_name(&x.mechanism, token).ok_or_else(|| {
@@ -292,37 +293,14 @@ impl SaslExchange {
 /// SaslHandshake's ErrorCode (the answer is never flexible).
 fn handshake_error(frame: &[u8]) -> Result<i16, CodecError> {
     let offset = response_body_offset(ApiKey::SaslHandshake, 1, frame)?;
-    let mut r = Reader::new(frame.get(offset..).unwrap_or_default());
-    r.i16("ErrorCode")
+    Ok(sasl::handshake_answer(frame.get(offset..).unwrap_or_default())?.0)
 }
 
 /// SaslAuthenticate's ErrorCode and AuthBytes.
 fn authenticate_answer(version: i16, frame: &[u8]) -> Result<(i16, &[u8]), CodecError> {
     let offset = response_body_offset(ApiKey::SaslAuthenticate, version, frame)?;
-    let mut r = Reader::new(frame.get(offset..).unwrap_or_default());
-    let flexible = version >= 2;
-    let code = r.i16("ErrorCode")?;
-    if flexible {
-        r.compact_nullable_string("ErrorMessage")?;
-    } else {
-        r.nullable_string("ErrorMessage")?;
-    }
-    let token = auth_bytes(&mut r, flexible)?;
-    Ok((code, token))
-}
-
-/// SaslAuthenticate's AuthBytes: BYTES, or COMPACT_BYTES in flexible versions.
-fn auth_bytes<'a>(r: &mut Reader<'a>, flexible: bool) -> Result<&'a [u8], CodecError> {
-    let n = if flexible {
-        match r.uvarint("AuthBytes length")? {
-            0 => return Err(CodecError::Invalid("null AuthBytes".into())),
-            n => n as usize - 1,
-        }
-    } else {
-        usize::try_from(r.i32("AuthBytes length")?)
-            .map_err(|_| CodecError::Invalid("negative AuthBytes length".into()))?
-    };
-    r.bytes(n, "AuthBytes")
+    let answer = sasl::authenticate_answer(version, frame.get(offset..).unwrap_or_default())?;
+    Ok((answer.error_code, answer.token))
 }
 
 /// The name a client's first token presents for `mechanism`.
@@ -385,14 +363,18 @@ mod tests {
         f.freeze()
     }
 
-    fn handshake(correlation_id: i32, mechanism: &str) -> Bytes {
+    fn incoming(frame: Bytes) -> Incoming {
+        Incoming::parse(frame).expect("a request header")
+    }
+
+    fn handshake(correlation_id: i32, mechanism: &str) -> Incoming {
         let mut b = Vec::new();
         b.extend_from_slice(&(mechanism.len() as i16).to_be_bytes());
         b.extend_from_slice(mechanism.as_bytes());
-        request(ApiKey::SaslHandshake, 1, correlation_id, &b)
+        incoming(request(ApiKey::SaslHandshake, 1, correlation_id, &b))
     }
 
-    fn authenticate(version: i16, correlation_id: i32, token: &[u8]) -> Bytes {
+    fn authenticate(version: i16, correlation_id: i32, token: &[u8]) -> Incoming {
         let mut b = Vec::new();
         if version >= 2 {
             crate::protocol::wire::put_uvarint(&mut b, token.len() as u32 + 1);
@@ -402,7 +384,12 @@ mod tests {
             b.extend_from_slice(&(token.len() as i32).to_be_bytes());
             b.extend_from_slice(token);
         }
-        request(ApiKey::SaslAuthenticate, version, correlation_id, &b)
+        incoming(request(
+            ApiKey::SaslAuthenticate,
+            version,
+            correlation_id,
+            &b,
+        ))
     }
 
     fn handshake_answer(correlation_id: i32, code: i16) -> Vec<u8> {
@@ -552,9 +539,9 @@ mod tests {
         closes(y.request(&authenticate(2, 2, b"\0alice\0secret")));
         // Handshake v0 is followed by unframed tokens.
         let mut z = SaslExchange::default();
-        let mut v0 = handshake(1, "PLAIN").to_vec();
+        let mut v0 = handshake(1, "PLAIN").frame.to_vec();
         v0[3] = 0;
-        assert!(closes(z.request(&Bytes::from(v0))).contains("v0"));
+        assert!(closes(z.request(&incoming(Bytes::from(v0)))).contains("v0"));
     }
 
     #[test]
@@ -692,7 +679,10 @@ mod tests {
     #[test]
     fn garbage_never_names_anyone() {
         let mut y = SaslExchange::default();
-        closes(y.request(&Bytes::from_static(b"\0\x11\0\x01")));
+        // A client id longer than the frame.
+        closes(y.request(&incoming(Bytes::from_static(
+            b"\0\x11\0\x01\0\0\0\x01\0\x05ab",
+        ))));
         let mut z = opened("PLAIN");
         closes(z.request(&authenticate(0, 2, &[0xff; 3])));
         for token in [

@@ -14,7 +14,7 @@ use crate::protocol::api_name;
 use crate::protocol::api_versions::ClientSoftware;
 use crate::protocol::errors::{self};
 use crate::protocol::response::{frame_with_body, response_body_offset, with_new_body};
-use crate::protocol::{key_and_version, CodecError, HeaderPeek};
+use crate::protocol::{CodecError, HeaderPeek, Incoming};
 use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -121,10 +121,13 @@ impl Session {
         &self.ctx.metrics
     }
 
-    /// What to do with one request frame (without its size prefix), read at
-    /// `read_at`.
-    pub fn request(&mut self, frame: Bytes, read_at: Instant) -> Action {
-        let (api_key, version) = key_and_version(&frame);
+    /// What to do with one request, read at `read_at`.
+    pub fn request(&mut self, request: Incoming, read_at: Instant) -> Action {
+        let HeaderPeek {
+            api_key,
+            api_version: version,
+            correlation_id,
+        } = request.header;
         // ApiVersions counts under the client software it names.
         if api_key != ApiKey::ApiVersions as i16 {
             if let Some(census) = &self.census {
@@ -135,19 +138,18 @@ impl Session {
             self.rematch();
         }
         if self.lab.is_empty() {
-            return self.act(api_key, frame, read_at);
+            return self.act(request, read_at);
         }
         // ApiVersions meets the lab's errors once it has named the software
         // (`api_versions`), so that scenarios matching the software apply to it.
-        let injected = match HeaderPeek::parse(&frame) {
-            Ok(peek) if api_key != ApiKey::ApiVersions as i16 => {
-                self.lab_error(api_key, peek.api_version, peek.correlation_id)
-            }
-            _ => None,
+        let injected = if api_key != ApiKey::ApiVersions as i16 {
+            self.lab_error(api_key, version, correlation_id)
+        } else {
+            None
         };
         let action = match injected {
             Some(answer) => answer,
-            None => self.act(api_key, frame, read_at),
+            None => self.act(request, read_at),
         };
         match self.lab.delay_for(api_key) {
             Some(delay) => delayed(action, delay),
@@ -182,11 +184,12 @@ impl Session {
     }
 
     /// What kshim does with a request the lab leaves alone.
-    fn act(&mut self, api_key: i16, frame: Bytes, read_at: Instant) -> Action {
+    fn act(&mut self, request: Incoming, read_at: Instant) -> Action {
+        let api_key = request.header.api_key;
         let action = if api_key == ApiKey::ApiVersions as i16 {
-            self.api_versions(frame, read_at)
+            self.api_versions(request, read_at)
         } else {
-            self.dispatch(api_key, frame)
+            self.dispatch(request)
         };
         if let Some(census) = &self.census {
             match &action {
@@ -202,9 +205,9 @@ impl Session {
 
     /// ApiVersions: the client software it names identifies the connection, and
     /// the lab's scenarios for that software shape the answer.
-    fn api_versions(&mut self, frame: Bytes, read_at: Instant) -> Action {
-        let (_, version) = key_and_version(&frame);
-        let request = match api_versions::read(frame) {
+    fn api_versions(&mut self, request: Incoming, read_at: Instant) -> Action {
+        let version = request.header.api_version;
+        let request = match api_versions::read(request) {
             Ok(api_versions::Read::Request(request)) => request,
             Ok(api_versions::Read::Refused(frame)) => {
                 self.counted_api_versions(version, read_at, None);
@@ -278,10 +281,11 @@ impl Session {
         }
     }
 
-    fn dispatch(&mut self, api_key: i16, frame: Bytes) -> Action {
+    fn dispatch(&mut self, request: Incoming) -> Action {
+        let api_key = request.header.api_key;
         let reads_sasl = self.ctx.upstream.is_some() && sasl::reads(api_key);
         if reads_sasl {
-            match self.sasl.request(&frame) {
+            match self.sasl.request(&request) {
                 SaslVerdict::Forward => {}
                 SaslVerdict::Refuse(answer) => return Action::Refused(answer),
                 SaslVerdict::Close(why) => {
@@ -302,8 +306,8 @@ impl Session {
             )
         });
         let action = match &span {
-            Some(span) => span.in_scope(|| dispatch(&self.ctx, &self.peer, frame)),
-            None => dispatch(&self.ctx, &self.peer, frame),
+            Some(span) => span.in_scope(|| dispatch(&self.ctx, &self.peer, request)),
+            None => dispatch(&self.ctx, &self.peer, request),
         };
         match (action, span) {
             (Action::Forward(mut fw), _) if reads_sasl => {

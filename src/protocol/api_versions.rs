@@ -294,6 +294,12 @@ fn check_agreement(shipped: &DraftFeatures, draft: &DraftFeatures) -> Result<(),
     }
 }
 
+/// The ErrorCode an ApiVersions answer starts with, in every version: an
+/// UNSUPPORTED_VERSION answer always comes in the v0 layout.
+pub fn response_error_code(body: &[u8]) -> Result<i16, CodecError> {
+    Reader::new(body).i16("ErrorCode")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

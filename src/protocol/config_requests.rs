@@ -35,12 +35,7 @@ fn nullable(
     flexible: bool,
     what: &'static str,
 ) -> Result<Option<StrBytes>, CodecError> {
-    Ok(if flexible {
-        r.compact_nullable_string(what)?
-    } else {
-        r.nullable_string(what)?
-    }
-    .map(owned))
+    Ok(r.nullable(flexible, what)?.map(owned))
 }
 
 fn array(

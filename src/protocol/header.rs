@@ -1,5 +1,7 @@
-//! The request header: an 8-byte peek for dispatch, then the rest of the header
-//! (client id, tagged fields) only for requests kshim answers itself.
+//! The request header, read once per request: the connection reads the fixed
+//! 8 bytes into an `Incoming` as the frame arrives and hands it down; the rest of
+//! the header (client id, tagged fields) is read on from there into a
+//! `RequestFrame`, only for requests whose body kshim reads.
 
 use super::wire::{CodecError, Reader};
 use bytes::Bytes;
@@ -11,17 +13,6 @@ pub struct HeaderPeek {
     pub api_key: i16,
     pub api_version: i16,
     pub correlation_id: i32,
-}
-
-/// A request frame's API key and version, read in place (-1 for what the frame
-/// is too short to hold): for counting, before anything is decoded.
-pub fn key_and_version(frame: &[u8]) -> (i16, i16) {
-    let field = |at: usize| {
-        frame
-            .get(at..at + 2)
-            .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
-    };
-    (field(0), field(2))
 }
 
 impl HeaderPeek {
@@ -36,6 +27,29 @@ impl HeaderPeek {
 
     pub fn known_api_key(&self) -> Option<ApiKey> {
         ApiKey::try_from(self.api_key).ok()
+    }
+}
+
+/// One request frame (without its size prefix) with the fixed part of its
+/// header read: what every layer above the connection is handed.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    pub header: HeaderPeek,
+    pub frame: Bytes,
+}
+
+impl Incoming {
+    pub fn parse(frame: Bytes) -> Result<Incoming, CodecError> {
+        Ok(Incoming {
+            header: HeaderPeek::parse(&frame)?,
+            frame,
+        })
+    }
+
+    /// The rest of the header, read on from the fixed part: for a request
+    /// whose body kshim reads.
+    pub fn decode_header(self) -> Result<RequestFrame, CodecError> {
+        RequestFrame::read(self.header, self.frame)
     }
 }
 
@@ -55,7 +69,10 @@ impl RequestFrame {
     /// version follows the API key and version, as in Kafka; an ApiVersions request
     /// of a version newer than any known is still read with the flexible header.
     pub fn parse(frame: Bytes) -> Result<RequestFrame, CodecError> {
-        let header = HeaderPeek::parse(&frame)?;
+        Incoming::parse(frame)?.decode_header()
+    }
+
+    fn read(header: HeaderPeek, frame: Bytes) -> Result<RequestFrame, CodecError> {
         let api_key = header
             .known_api_key()
             .ok_or_else(|| CodecError::Invalid(format!("unknown API key {}", header.api_key)))?;

@@ -6,18 +6,20 @@
 //! panic or allocate in proportion to a length field it has not checked.
 
 pub mod api_versions;
+pub mod apis;
 pub mod config_requests;
 pub mod draft_tags;
 pub mod errors;
 pub mod frame;
 pub mod header;
+pub mod records;
 pub mod requests;
 pub mod response;
 pub mod results;
 pub mod wire;
 
 pub use frame::{FrameCodec, FrameError, DEFAULT_MAX_FRAME_BYTES};
-pub use header::{key_and_version, HeaderPeek, RequestFrame};
+pub use header::{HeaderPeek, Incoming, RequestFrame};
 pub use wire::{CodecError, Reader};
 
 /// Kafka's name for an API key ("Produce"), or "Unknown<key>".

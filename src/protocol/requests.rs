@@ -109,6 +109,22 @@ pub fn describe_cluster(version: i16, body: &[u8]) -> Result<DescribeClusterRequ
     Ok(req)
 }
 
+/// The acks field of a Produce request: first in v0-v2, after TransactionalId
+/// from v3 (a compact string, after a flexible header, from v9). Read in place:
+/// this runs for every Produce.
+pub fn produce_acks(frame: &[u8], version: i16) -> Result<i16, CodecError> {
+    let mut r = Reader::new(frame);
+    r.bytes(8, "request header")?;
+    r.nullable_string("client id")?;
+    if version >= 9 {
+        r.tagged_fields("request header")?;
+        r.compact_nullable_string("TransactionalId")?;
+    } else if version >= 3 {
+        r.nullable_string("TransactionalId")?;
+    }
+    r.i16("Acks")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,11 @@ pub fn response_header_version(api: ApiKey, version: i16) -> i16 {
     }
 }
 
+/// The correlation id a response frame (without its size prefix) answers.
+pub fn response_correlation_id(frame: &[u8]) -> Result<i32, CodecError> {
+    Reader::new(frame).i32("correlation id")
+}
+
 /// Where the body of a response frame (without its size prefix) starts: after
 /// the correlation id, and the header's tagged fields from header v1.
 pub fn response_body_offset(api: ApiKey, version: i16, frame: &[u8]) -> Result<usize, CodecError> {

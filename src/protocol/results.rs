@@ -147,12 +147,7 @@ fn split(api: ApiKey, version: i16, flexible: bool, body: &[u8]) -> Result<Split
 }
 
 fn nullable(r: &mut Reader<'_>, flexible: bool) -> Result<(), CodecError> {
-    if flexible {
-        r.compact_nullable_string("ErrorMessage")?;
-    } else {
-        r.nullable_string("ErrorMessage")?;
-    }
-    Ok(())
+    r.nullable(flexible, "ErrorMessage").map(|_| ())
 }
 
 fn create_topics_entry(

@@ -130,13 +130,43 @@ impl<'a> Reader<'a> {
         }
     }
 
-    pub fn string(&mut self, flexible: bool, what: &'static str) -> Result<&'a str, CodecError> {
-        let s = if flexible {
-            self.compact_nullable_string(what)?
+    /// A nullable string, compact in flexible versions, classic before.
+    pub fn nullable(
+        &mut self,
+        flexible: bool,
+        what: &'static str,
+    ) -> Result<Option<&'a str>, CodecError> {
+        if flexible {
+            self.compact_nullable_string(what)
         } else {
-            self.nullable_string(what)?
-        };
-        s.ok_or(CodecError::InvalidLength { what, length: -1 })
+            self.nullable_string(what)
+        }
+    }
+
+    /// A zigzag varlong, at most 10 bytes, as records encode their fields.
+    pub fn varlong(&mut self, what: &'static str) -> Result<i64, CodecError> {
+        let mut raw: u64 = 0;
+        for i in 0..10 {
+            let b = self.i8(what)? as u8;
+            raw |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
+            }
+        }
+        Err(CodecError::Invalid(format!(
+            "{what}: varint longer than 10 bytes"
+        )))
+    }
+
+    /// A zigzag varint: a varlong that must fit 32 bits.
+    pub fn varint(&mut self, what: &'static str) -> Result<i32, CodecError> {
+        let v = self.varlong(what)?;
+        i32::try_from(v).map_err(|_| CodecError::InvalidLength { what, length: v })
+    }
+
+    pub fn string(&mut self, flexible: bool, what: &'static str) -> Result<&'a str, CodecError> {
+        self.nullable(flexible, what)?
+            .ok_or(CodecError::InvalidLength { what, length: -1 })
     }
 
     /// An array length, classic (int32) or compact (uvarint + 1); `None` for a null

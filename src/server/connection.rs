@@ -23,6 +23,7 @@ use crate::handlers::forward::{Forward, Then};
 use crate::handlers::session::Session;
 use crate::handlers::{Action, Context, Peer};
 use crate::metrics::{Closure, Outcome};
+use crate::protocol::{HeaderPeek, Incoming};
 use crate::upstream::UpstreamLink;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -52,11 +53,10 @@ struct Timing {
 }
 
 impl Timing {
-    fn of(frame: &[u8], read_at: Instant) -> Timing {
-        let (api_key, version) = crate::protocol::key_and_version(frame);
+    fn of(header: &HeaderPeek, read_at: Instant) -> Timing {
         Timing {
-            api_key,
-            version,
+            api_key: header.api_key,
+            version: header.api_version,
             read_at,
         }
     }
@@ -373,8 +373,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             self.last_activity = now;
             let size = frame.len();
             self.session.metrics().received(size + 4);
-            let timing = Timing::of(&frame, now);
-            let (slot, kept) = match self.session.request(frame, now) {
+            // The header is read here, once, and handed down with the frame.
+            let request = match Incoming::parse(frame) {
+                Ok(request) => request,
+                Err(e) => {
+                    let timing = Timing {
+                        api_key: -1,
+                        version: -1,
+                        read_at: now,
+                    };
+                    let why = format!("unreadable request header: {e}");
+                    self.reservation.give_back(size);
+                    self.slots.push_back(Entry {
+                        timing,
+                        slot: Slot::Ready(Reply::Close(why), Outcome::Rejected),
+                    });
+                    continue;
+                }
+            };
+            let timing = Timing::of(&request.header, now);
+            let (slot, kept) = match self.session.request(request, now) {
                 Action::Respond(frame) => (
                     Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)),
                     0,

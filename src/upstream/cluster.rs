@@ -11,7 +11,6 @@ use crate::client::{negotiate, KafkaClient};
 use crate::features::{FinalizedFeatures, SupportedFeatures, SupportedRange};
 use crate::protocol::api_versions::{ApiRange, DecodedApiVersions};
 use crate::protocol::errors::{self, ResponseError};
-use crate::protocol::{CodecError, Reader};
 use bytes::{Bytes, BytesMut};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -21,28 +20,7 @@ use kafka_protocol::protocol::Encodable;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-/// One broker as Metadata lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokerInfo {
-    pub host: String,
-    pub port: i32,
-    pub rack: Option<String>,
-}
-
-impl BrokerInfo {
-    pub fn address(&self) -> String {
-        host_port(&self.host, self.port)
-    }
-}
-
-/// HOST:PORT to connect to; IPv6 literals get brackets.
-pub fn host_port(host: &str, port: i32) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
+pub use crate::protocol::apis::{decode_metadata_brokers, host_port, BrokerInfo};
 
 /// The upstream cluster at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -422,61 +400,6 @@ pub(crate) async fn control_connection(
     Ok(client)
 }
 
-/// The cluster id and brokers at the head of a Metadata response body.
-pub fn decode_metadata_brokers(
-    version: i16,
-    body: &[u8],
-) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), CodecError> {
-    read_metadata_head(version, &mut Reader::new(body))
-}
-
-/// Reads a Metadata response body up to and including the cluster id, leaving
-/// `r` at ControllerId.
-pub(crate) fn read_metadata_head(
-    version: i16,
-    r: &mut Reader<'_>,
-) -> Result<(Option<String>, BTreeMap<i32, BrokerInfo>), CodecError> {
-    let flexible = version >= 9;
-    if version >= 3 {
-        r.i32("ThrottleTimeMs")?;
-    }
-    let n = r.array_len(flexible, 10, "Brokers")?.unwrap_or(0);
-    let mut brokers = BTreeMap::new();
-    for _ in 0..n {
-        let node_id = r.i32("NodeId")?;
-        let host = r.string(flexible, "Host")?.to_owned();
-        let port = r.i32("Port")?;
-        let rack = if version >= 1 {
-            nullable(r, flexible, "Rack")?
-        } else {
-            None
-        };
-        if flexible {
-            r.tagged_fields("MetadataResponseBroker")?;
-        }
-        brokers.insert(node_id, BrokerInfo { host, port, rack });
-    }
-    let cluster_id = if version >= 2 {
-        nullable(r, flexible, "ClusterId")?
-    } else {
-        None
-    };
-    Ok((cluster_id, brokers))
-}
-
-fn nullable(
-    r: &mut Reader<'_>,
-    flexible: bool,
-    what: &'static str,
-) -> Result<Option<String>, CodecError> {
-    Ok(if flexible {
-        r.compact_nullable_string(what)?
-    } else {
-        r.nullable_string(what)?
-    }
-    .map(str::to_owned))
-}
-
 /// Sends an UpdateFeatures request body to the upstream and returns the response
 /// body. Any broker passes it on to the active controller; NOT_CONTROLLER (the
 /// controller moved while the request was on its way) is retried until `deadline`.
@@ -495,14 +418,12 @@ pub async fn forward_update_features(
             .request(ApiKey::UpdateFeatures, version, body)
             .await
             .map_err(|e| broken(&target, e))?;
-        let mut r = Reader::new(&raw);
-        let code = r
-            .i32("ThrottleTimeMs")
-            .and_then(|_| r.i16("ErrorCode"))
-            .map_err(|e| UpstreamError::Protocol {
+        let code = crate::protocol::apis::update_features_error_code(&raw).map_err(|e| {
+            UpstreamError::Protocol {
                 target: target.clone(),
                 reason: format!("unreadable UpdateFeatures response: {e}"),
-            })?;
+            }
+        })?;
         if code != ResponseError::NotController.code() || Instant::now() + backoff >= deadline {
             return Ok(raw);
         }
@@ -597,36 +518,5 @@ mod tests {
         assert_eq!(f.finalized.epoch, 42, "the newest broker wins");
         assert!(f.finalized.levels.is_empty(), "level 0 is disabled");
         assert_eq!(f.per_broker.len(), 2);
-    }
-
-    #[test]
-    fn metadata_prefix_decodes_and_rejects_garbage() {
-        use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-        use kafka_protocol::messages::{BrokerId, MetadataResponse};
-        use kafka_protocol::protocol::StrBytes;
-        for version in 1..=13 {
-            let response = MetadataResponse::default()
-                .with_brokers(vec![MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(3))
-                    .with_host(StrBytes::from_static_str("b3.local"))
-                    .with_port(9093)])
-                .with_cluster_id(if version >= 2 {
-                    Some(StrBytes::from_static_str("cid"))
-                } else {
-                    None
-                });
-            let mut buf = BytesMut::new();
-            response.encode(&mut buf, version).unwrap();
-            let (cid, brokers) = decode_metadata_brokers(version, &buf).unwrap();
-            assert_eq!(
-                cid.as_deref(),
-                if version >= 2 { Some("cid") } else { None }
-            );
-            assert_eq!(brokers[&3].address(), "b3.local:9093");
-            for cut in 0..buf.len().min(40) {
-                let _ = decode_metadata_brokers(version, &buf[..cut]);
-            }
-        }
-        assert!(decode_metadata_brokers(12, &[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());
     }
 }

@@ -10,8 +10,9 @@ use super::link::LinkSettings;
 use super::UpstreamError;
 use crate::client::{negotiate, KafkaClient};
 use crate::policy::{ConfigResource, ReportedConfig};
-use crate::protocol::errors::{self};
-use crate::protocol::{CodecError, Reader};
+pub use crate::protocol::apis::{decode_describe_configs, DescribedConfig, DescribedResource};
+use crate::protocol::errors;
+use crate::protocol::CodecError;
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_configs_request::{
     DescribeConfigsRequest, DescribeConfigsResource,
@@ -28,14 +29,6 @@ pub const RESOURCE_BROKER: i8 = 4;
 pub struct TopicDefaults {
     pub num_partitions: Option<i32>,
     pub replication_factor: Option<i16>,
-}
-
-/// One config entry of a DescribeConfigs answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DescribedConfig {
-    pub name: String,
-    pub value: Option<String>,
-    pub source: i8,
 }
 
 /// DescribeConfigs' ConfigSource, by name.
@@ -129,70 +122,6 @@ pub async fn describe(
             }
             out.push((resource, entries));
         }
-    }
-    Ok(out)
-}
-
-type DescribedResource = ((i8, String), i16, Option<String>, Vec<DescribedConfig>);
-
-/// DescribeConfigs response, v1-v4 (flexible from v4).
-pub fn decode_describe_configs(
-    version: i16,
-    body: &[u8],
-) -> Result<Vec<DescribedResource>, CodecError> {
-    let flexible = version >= 4;
-    let string = |r: &mut Reader<'_>, what| r.string(flexible, what).map(str::to_owned);
-    let nullable = |r: &mut Reader<'_>, what| -> Result<Option<String>, CodecError> {
-        Ok(if flexible {
-            r.compact_nullable_string(what)?
-        } else {
-            r.nullable_string(what)?
-        }
-        .map(str::to_owned))
-    };
-    let mut r = Reader::new(body);
-    r.i32("ThrottleTimeMs")?;
-    let n = r.array_len(flexible, 6, "Results")?.unwrap_or(0);
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let code = r.i16("ErrorCode")?;
-        let message = nullable(&mut r, "ErrorMessage")?;
-        let resource_type = r.i8("ResourceType")?;
-        let name = string(&mut r, "ResourceName")?;
-        let count = r.array_len(flexible, 6, "Configs")?.unwrap_or(0);
-        let mut entries = Vec::with_capacity(count);
-        for _ in 0..count {
-            let config_name = string(&mut r, "Name")?;
-            let value = nullable(&mut r, "Value")?;
-            r.bool("ReadOnly")?;
-            let source = r.i8("ConfigSource")?;
-            r.bool("IsSensitive")?;
-            let synonyms = r.array_len(flexible, 3, "Synonyms")?.unwrap_or(0);
-            for _ in 0..synonyms {
-                string(&mut r, "Name")?;
-                nullable(&mut r, "Value")?;
-                r.i8("Source")?;
-                if flexible {
-                    r.tagged_fields("DescribeConfigsSynonym")?;
-                }
-            }
-            if version >= 3 {
-                r.i8("ConfigType")?;
-                nullable(&mut r, "Documentation")?;
-            }
-            if flexible {
-                r.tagged_fields("DescribeConfigsResourceResult")?;
-            }
-            entries.push(DescribedConfig {
-                name: config_name,
-                value,
-                source,
-            });
-        }
-        if flexible {
-            r.tagged_fields("DescribeConfigsResult")?;
-        }
-        out.push(((resource_type, name), code, message, entries));
     }
     Ok(out)
 }
@@ -383,60 +312,12 @@ async fn topic_names(
 
 /// The topic names of a Metadata response body, v1-v12.
 pub fn decode_metadata_topics(version: i16, body: &[u8]) -> Result<Vec<String>, CodecError> {
-    let flexible = version >= 9;
-    let tags = |r: &mut Reader<'_>, what| -> Result<(), CodecError> {
-        if flexible {
-            r.tagged_fields(what)?;
-        }
-        Ok(())
-    };
-    let nullable = |r: &mut Reader<'_>, what| -> Result<Option<String>, CodecError> {
-        Ok(if flexible {
-            r.compact_nullable_string(what)?
-        } else {
-            r.nullable_string(what)?
-        }
-        .map(str::to_owned))
-    };
-    let int_array = |r: &mut Reader<'_>, what| -> Result<(), CodecError> {
-        let n = r.array_len(flexible, 4, what)?.unwrap_or(0);
-        r.bytes(4 * n, what)?;
-        Ok(())
-    };
-    let mut r = Reader::new(body);
-    super::cluster::read_metadata_head(version, &mut r)?;
-    r.i32("ControllerId")?;
-    let n = r.array_len(flexible, 8, "Topics")?.unwrap_or(0);
-    let mut names = Vec::with_capacity(n);
-    for _ in 0..n {
-        r.i16("ErrorCode")?;
-        let name = nullable(&mut r, "Name")?;
-        if version >= 10 {
-            r.uuid("TopicId")?;
-        }
-        r.bool("IsInternal")?;
-        let partitions = r.array_len(flexible, 14, "Partitions")?.unwrap_or(0);
-        for _ in 0..partitions {
-            r.i16("ErrorCode")?;
-            r.i32("PartitionIndex")?;
-            r.i32("LeaderId")?;
-            if version >= 7 {
-                r.i32("LeaderEpoch")?;
-            }
-            int_array(&mut r, "ReplicaNodes")?;
-            int_array(&mut r, "IsrNodes")?;
-            if version >= 5 {
-                int_array(&mut r, "OfflineReplicas")?;
-            }
-            tags(&mut r, "MetadataResponsePartition")?;
-        }
-        if version >= 8 {
-            r.i32("TopicAuthorizedOperations")?;
-        }
-        tags(&mut r, "MetadataResponseTopic")?;
-        names.extend(name);
-    }
-    Ok(names)
+    Ok(crate::protocol::apis::decode_metadata(version, body)?
+        .topics
+        .into_iter()
+        .map(|t| t.name)
+        .filter(|name| !name.is_empty())
+        .collect())
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use super::UpstreamError;
 use crate::client::{SaslCredentials, Stream};
 use crate::framing::{FrameReader, Outbox};
 use crate::log_limit::PerCauseLimit;
-use crate::protocol::Reader;
+use crate::protocol::response::response_correlation_id;
 use crate::tls::ClientTlsCell;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -189,7 +189,7 @@ impl UpstreamLink {
                 Poll::Ready(Ok(Some(frame))) => match self.waiting.pop_front() {
                     None => broken("the broker sent a response nobody asked for".into()),
                     Some(w) => {
-                        let got = Reader::new(&frame).i32("correlation id").ok();
+                        let got = response_correlation_id(&frame).ok();
                         if got == Some(w.correlation_id) {
                             return Poll::Ready(Ok(frame));
                         }

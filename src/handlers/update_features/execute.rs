@@ -11,7 +11,6 @@ use crate::controller::UpdateSection;
 use crate::features::{Reason, UpdateRejection};
 use crate::policy::{self, Policies, ReportedConfig};
 use crate::protocol::errors::{self};
-use crate::protocol::Reader;
 use crate::upstream::{cluster, configs, Route, Upstream, UpstreamError};
 use bytes::Bytes;
 use std::future::Future;
@@ -234,8 +233,7 @@ async fn forward<C: Cluster>(section: &UpdateSection<'_>, cluster: &C, call: &Ca
             )))
         }
     };
-    let mut r = Reader::new(&raw);
-    let code = r.i32("ThrottleTimeMs").and_then(|_| r.i16("ErrorCode"));
+    let code = crate::protocol::apis::update_features_error_code(&raw);
     if code == Ok(errors::NONE) && !call.validate_only {
         let until = Instant::now() + call.mirror_wait;
         loop {

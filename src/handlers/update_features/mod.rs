@@ -25,6 +25,7 @@ use crate::handlers::refusal::{Blame, Refusal};
 use crate::protocol::requests;
 use crate::protocol::response::{encode_frame, frame_with_body};
 use crate::protocol::HeaderPeek;
+use crate::protocol::Incoming;
 use bytes::Bytes;
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest, UpdateFeaturesResponse};
@@ -45,8 +46,8 @@ pub fn error_code(reason: Reason) -> i16 {
 
 /// Answers one UpdateFeatures request; a request refused for want of ALTER on
 /// CLUSTER or by the config audit comes back as `Action::Refused`.
-pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Action {
-    match run(ctx, peer, frame).await {
+pub async fn handle(ctx: &Context, peer: &Peer, request: Incoming) -> Action {
+    match run(ctx, peer, request).await {
         Ok((frame, false)) => Action::Respond(frame),
         Ok((frame, true)) => Action::Refused(frame),
         Err(e) => Err::<Bytes, _>(e).into(),
@@ -54,9 +55,9 @@ pub async fn handle(ctx: &Context, peer: &Peer, frame: Bytes) -> Action {
 }
 
 /// The answer frame, and whether kshim refused the request.
-async fn run(ctx: &Context, peer: &Peer, frame: Bytes) -> Result<(Bytes, bool), HandlerError> {
+async fn run(ctx: &Context, peer: &Peer, request: Incoming) -> Result<(Bytes, bool), HandlerError> {
     let api = ApiKey::UpdateFeatures;
-    let (request, body) = decode_request(api, MAX_VERSION, frame, requests::update_features)?;
+    let (request, body) = decode_request(api, MAX_VERSION, request, requests::update_features)?;
     let version = request.header.api_version;
     let outcome = if ctx.authorizer.may_alter_cluster(&peer.principal) {
         let wanted = Request {
