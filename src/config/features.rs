@@ -1,5 +1,6 @@
 //! `[features]`: the features kshim supports and their dependencies.
 
+use super::walk::record_key;
 use super::{level, string_list, walker, Config, ConfigError};
 use crate::features::{Requirement, SupportedFeatures, SupportedRange};
 use std::collections::BTreeMap;
@@ -65,7 +66,9 @@ pub(super) fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<C
     if let Some(t) = bootstrap {
         let mut out = BTreeMap::new();
         for (name, v) in t {
-            if let Some(l) = level(v, &format!("features.bootstrap.\"{name}\""), errors) {
+            let key = format!("features.bootstrap.\"{name}\"");
+            record_key(&key);
+            if let Some(l) = level(v, &key, errors) {
                 out.insert(name.clone(), l);
             }
         }
@@ -105,9 +108,9 @@ pub(super) fn parse_features(t: &toml::Table, c: &mut Config, errors: &mut Vec<C
                     continue;
                 };
                 for (dep, min) in requires {
-                    if let Some(min_level) =
-                        level(min, &format!("{key}.requires.\"{dep}\""), errors)
-                    {
+                    let key = format!("{key}.requires.\"{dep}\"");
+                    record_key(&key);
+                    if let Some(min_level) = level(min, &key, errors) {
                         c.dependencies.add(
                             name,
                             from,

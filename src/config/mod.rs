@@ -6,6 +6,7 @@
 //! line; placeholders in its values are resolved before it is parsed.
 //! Owns no runtime state.
 
+mod accepted;
 mod cluster;
 mod errors;
 mod features;
@@ -19,6 +20,7 @@ mod upstream;
 mod walk;
 pub use crate::secret::Secret;
 
+pub use accepted::{accepted_keys, key_paths};
 pub use errors::{ConfigError, ConfigErrors};
 pub use operations::{check_log_filter, AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use source::{parse_document, CliOverrides, ConfigSource, Loaded};

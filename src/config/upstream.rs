@@ -1,6 +1,7 @@
 //! `[upstream]`: the cluster kshim stands in front of, its per-broker listeners,
 //! and the credentials and TLS of kshim's own connections to it.
 
+use super::walk::record_key;
 use super::ConfigError;
 use super::{string_list, tls, walker, UpstreamConfig};
 
@@ -77,6 +78,7 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> 
         w.finish();
         for (node, port) in ports.into_iter().flatten() {
             let key = format!("upstream.listeners.ports.\"{node}\"");
+            record_key(&key);
             let Ok(node_id) = node.parse::<i32>() else {
                 errors.push(ConfigError::new(
                     format!("{key}"),

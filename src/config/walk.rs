@@ -1,9 +1,11 @@
 //! Walking a TOML table by hand: every key read is marked seen, every wrong
 //! type or value is recorded with its key path, and the keys nobody read are
-//! reported as unknown.
+//! reported as unknown. While `recording` runs (for `accepted_keys`), the path
+//! of every key read is noted too.
 
 use super::ConfigError;
-use std::collections::{BTreeMap, HashSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Collects errors while walking one table.
 pub(super) struct Walker<'a, 'e> {
@@ -23,6 +25,15 @@ impl<'a> Walker<'a, '_> {
     }
 
     pub(super) fn get(&mut self, k: &'a str) -> Option<&'a toml::Value> {
+        let value = self.lookup(k);
+        // A table is not a key of its own: the keys read in it are.
+        if !value.is_some_and(holds_tables) {
+            record_key(&self.key(k));
+        }
+        value
+    }
+
+    fn lookup(&mut self, k: &'a str) -> Option<&'a toml::Value> {
         self.seen.insert(k);
         let table: &'a toml::Table = self.table;
         table.get(k)
@@ -78,7 +89,11 @@ impl<'a> Walker<'a, '_> {
     }
 
     pub(super) fn table(&mut self, k: &'a str) -> Option<&'a toml::Table> {
-        match self.get(k)? {
+        let Some(value) = self.lookup(k) else {
+            record_missing_table(&self.key(k));
+            return None;
+        };
+        match value {
             toml::Value::Table(t) => Some(t),
             other => {
                 self.errors.push(ConfigError::new(
@@ -157,6 +172,77 @@ pub(super) fn level(v: &toml::Value, key: &str, errors: &mut Vec<ConfigError>) -
     }
 }
 
+/// What a walk over a document read, kept while `recording` runs.
+#[derive(Debug, Default)]
+pub(super) struct Recording {
+    /// The path of every key read (array indexes written `[]`).
+    pub(super) keys: BTreeSet<String>,
+    /// Tables the parser asked for that the document did not have: the keys
+    /// in them were never asked for.
+    pub(super) missing_tables: BTreeSet<String>,
+}
+
+thread_local! {
+    // Per thread rather than passed to every walker: only `accepted_keys` turns
+    // it on, and the walkers need not carry it through every section parser.
+    static RECORDING: RefCell<Option<Recording>> = const { RefCell::new(None) };
+}
+
+/// Runs `walk` and returns what it read, as well as its result.
+pub(super) fn recording<T>(walk: impl FnOnce() -> T) -> (T, Recording) {
+    RECORDING.with(|r| *r.borrow_mut() = Some(Recording::default()));
+    let out = walk();
+    let recorded = RECORDING
+        .with(|r| r.borrow_mut().take())
+        .unwrap_or_default();
+    (out, recorded)
+}
+
+/// Notes that the parser reads the key at `path`: called by `Walker::get`, and
+/// by the loops over tables whose keys the operator names (addresses, node ids,
+/// feature names), which read them without a walker.
+pub(super) fn record_key(path: &str) {
+    RECORDING.with(|r| {
+        if let Some(recording) = r.borrow_mut().as_mut() {
+            recording.keys.insert(without_indexes(path));
+        }
+    });
+}
+
+fn record_missing_table(path: &str) {
+    RECORDING.with(|r| {
+        if let Some(recording) = r.borrow_mut().as_mut() {
+            recording.missing_tables.insert(without_indexes(path));
+        }
+    });
+}
+
+/// `policy.validators[2].min` as `policy.validators[].min`: every item of a
+/// list takes the same keys.
+fn without_indexes(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..=open]);
+        rest = &rest[open + 1..];
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 && rest[digits..].starts_with(']') {
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A table, or a list of tables.
+fn holds_tables(value: &toml::Value) -> bool {
+    match value {
+        toml::Value::Table(_) => true,
+        toml::Value::Array(items) => !items.is_empty() && items.iter().all(toml::Value::is_table),
+        _ => false,
+    }
+}
+
 /// `max_connections_per_ip_overrides`: IP address = count (0 refuses the address).
 pub(super) fn per_ip_overrides(
     t: &toml::Table,
@@ -165,6 +251,7 @@ pub(super) fn per_ip_overrides(
     let mut out = BTreeMap::new();
     for (addr, count) in t {
         let key = format!("max_connections_per_ip_overrides.\"{addr}\"");
+        record_key(&key);
         let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
             errors.push(ConfigError::new(
                 format!("{key}"),
