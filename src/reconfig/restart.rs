@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 26] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 28] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -175,6 +175,17 @@ pub(super) const RESTART_ONLY: [RestartOnly; 26] = [
         key: Some("config_providers"),
         name: "config_providers",
         same: |a, b| a.file_allowed_paths == b.file_allowed_paths,
+    },
+    RestartOnly {
+        key: Some("census"),
+        name: "census",
+        same: |a, b| a.census == b.census,
+    },
+    // The file's scenarios; the admin API's own changes to the lab apply at once.
+    RestartOnly {
+        key: Some("lab"),
+        name: "lab",
+        same: |a, b| a.lab == b.lab,
     },
 ];
 
