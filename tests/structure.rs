@@ -1,5 +1,6 @@
 //! The shape of the crate, checked: the top-level modules of src/ import one
-//! way (no cycle among them).
+//! way (no cycle among them), and no source file grows past 800 lines (tests
+//! included): a file that long holds more than one idea.
 //!
 //! The import graph is read from the source text: every `crate::name` path
 //! (also inside `use crate::{a, b::c}`) in a module's files is an edge from that
@@ -11,6 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 800;
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("src/ is readable") {
@@ -259,6 +262,23 @@ fn the_top_level_modules_import_one_way() {
             cycle.join(" -> ")
         );
     }
+}
+
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let files = src_files();
+    assert!(files.len() > 50, "src/ was read: {} files", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .map(|(rel, text)| (rel, text.lines().count()))
+        .filter(|(_, lines)| *lines > MAX_LINES)
+        .map(|(rel, lines)| format!("{rel}: {lines} lines"))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "split these files along their seams (at most {MAX_LINES} lines each):\n  {}",
+        long.join("\n  ")
+    );
 }
 
 #[test]
