@@ -1,5 +1,5 @@
 //! What kshim reads from a broker's answers in front of a cluster: the address
-//! rewriting of every response that names brokers (`upstream::rewrite`), the
+//! rewriting of every response that names brokers (`protocol::rewrite`), the
 //! response header it skips to reach a body, the discovery decoders
 //! (`upstream::cluster` Metadata brokers, `upstream::configs` DescribeConfigs and
 //! Metadata topics), the ApiVersions answer decoder, and the CLI client's
@@ -39,7 +39,7 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 use kshim::protocol::api_versions;
 use kshim::protocol::response::response_body_offset;
 use kshim::upstream::listeners::{BoundListener, ListenerLayout, Listeners};
-use kshim::upstream::rewrite::{rewrite_body, AddressBook};
+use kshim::protocol::rewrite::{rewrite_body, AddressBook};
 use kshim::upstream::{cluster, configs};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Mutex, OnceLock};

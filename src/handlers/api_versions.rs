@@ -146,7 +146,7 @@ pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
                     max: r.max.min(1),
                 });
             }
-            let limit = crate::upstream::rewrite::rewritable_versions(api)
+            let limit = crate::protocol::rewrite::rewritable_versions(api)
                 .or_else(|| super::checked_versions(api));
             match limit {
                 None => Some(*r),

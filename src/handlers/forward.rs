@@ -6,8 +6,8 @@
 //! results kshim gave for the items it refused.
 
 use super::Action;
+use crate::protocol::rewrite::rewritable_versions;
 use crate::protocol::{requests, CodecError, HeaderPeek};
-use crate::upstream::rewrite::rewritable_versions;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 

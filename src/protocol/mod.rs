@@ -16,6 +16,7 @@ pub mod records;
 pub mod requests;
 pub mod response;
 pub mod results;
+pub mod rewrite;
 pub mod wire;
 
 pub use frame::{FrameCodec, FrameError, DEFAULT_MAX_FRAME_BYTES};

@@ -12,7 +12,7 @@
 //! What the upstream says is bounded: at most `max_brokers` node ids get a
 //! listener, and no broker's port may be one of kshim's own or another node's.
 
-use super::rewrite::AddressBook;
+use crate::protocol::rewrite::AddressBook;
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::sync::Mutex;

@@ -11,7 +11,6 @@ pub mod cluster;
 pub mod configs;
 pub mod link;
 pub mod listeners;
-pub mod rewrite;
 
 pub use cluster::{ClusterView, UpstreamFeatures};
 pub use link::{LinkSettings, UpstreamLink};
@@ -159,15 +158,15 @@ impl Upstream {
         api: ApiKey,
         version: i16,
         frame: Bytes,
-    ) -> Result<Bytes, rewrite::RewriteError> {
-        let malformed = |source| rewrite::RewriteError::Malformed {
+    ) -> Result<Bytes, crate::protocol::rewrite::RewriteError> {
+        let malformed = |source| crate::protocol::rewrite::RewriteError::Malformed {
             api,
             version,
             source,
         };
         let header_len = response_body_offset(api, version, &frame).map_err(malformed)?;
         let body = frame.slice(header_len..);
-        match rewrite::rewrite_body(api, version, &body, &self.listeners)? {
+        match crate::protocol::rewrite::rewrite_body(api, version, &body, &self.listeners)? {
             None => Ok(frame),
             Some(new_body) => Ok(with_new_body(&frame, header_len, &new_body)),
         }

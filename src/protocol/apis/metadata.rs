@@ -50,7 +50,7 @@ pub struct MetadataAnswer {
 /// topic with its partitions. The one decoder of Metadata bodies: the state
 /// log (v12), the config audit's topic names (any version) and, through
 /// `read_metadata_head`, the upstream view all read it. (The broker-address
-/// rewrite walks the same layout in `upstream::rewrite::metadata`, to splice
+/// rewrite walks the same layout in `protocol::rewrite::metadata`, to splice
 /// bytes rather than to decode.)
 pub fn decode_metadata(version: i16, body: &[u8]) -> Result<MetadataAnswer, CodecError> {
     let flexible = version >= 9;

@@ -48,9 +48,9 @@ pub(super) fn walk(version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::rewrite::rewrite_body;
-    use crate::upstream::rewrite::testing::*;
-    use crate::upstream::rewrite::walk::MIN_NODE_ENDPOINT;
+    use crate::protocol::rewrite::rewrite_body;
+    use crate::protocol::rewrite::testing::*;
+    use crate::protocol::rewrite::walk::MIN_NODE_ENDPOINT;
     use bytes::Bytes;
     use kafka_protocol::messages::fetch_response::{
         AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint,

@@ -69,8 +69,8 @@ fn current_leader(w: &mut Walk<'_>) -> Result<(), Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::rewrite::rewrite_body;
-    use crate::upstream::rewrite::testing::*;
+    use crate::protocol::rewrite::rewrite_body;
+    use crate::protocol::rewrite::testing::*;
     use kafka_protocol::messages::{
         share_acknowledge_response as ack, share_fetch_response as fetch,
     };

@@ -304,7 +304,7 @@ pub(super) fn reachable_controller(controller: i32, broker_ids: &[i32]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::rewrite::testing::TestBook;
+    use crate::protocol::rewrite::testing::TestBook;
 
     #[test]
     fn the_controller_must_be_a_listed_broker() {

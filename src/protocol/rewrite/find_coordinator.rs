@@ -35,8 +35,8 @@ pub(super) fn walk(version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::rewrite::rewrite_body;
-    use crate::upstream::rewrite::testing::*;
+    use crate::protocol::rewrite::rewrite_body;
+    use crate::protocol::rewrite::testing::*;
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorResponse};
     use kafka_protocol::protocol::StrBytes;

@@ -52,8 +52,8 @@ pub(super) fn walk(version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::rewrite::rewrite_body;
-    use crate::upstream::rewrite::testing::*;
+    use crate::protocol::rewrite::rewrite_body;
+    use crate::protocol::rewrite::testing::*;
     use kafka_protocol::messages::produce_response::{
         BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
         TopicProduceResponse,

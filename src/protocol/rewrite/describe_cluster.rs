@@ -36,8 +36,8 @@ pub(super) fn walk(version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::rewrite::rewrite_body;
-    use crate::upstream::rewrite::testing::*;
+    use crate::protocol::rewrite::rewrite_body;
+    use crate::protocol::rewrite::testing::*;
     use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
     use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterResponse};
     use kafka_protocol::protocol::StrBytes;

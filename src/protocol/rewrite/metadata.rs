@@ -40,8 +40,8 @@ pub(super) fn walk(version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::rewrite::testing::*;
-    use crate::upstream::rewrite::{rewrite_body, RewriteError};
+    use crate::protocol::rewrite::testing::*;
+    use crate::protocol::rewrite::{rewrite_body, RewriteError};
     use kafka_protocol::messages::metadata_response::{
         MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
     };
