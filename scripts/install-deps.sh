@@ -4,6 +4,7 @@
 #     missing); socat is the plain TCP relay of scripts/bench-proxy.sh
 #   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
+#   - kafka-clients and kafka-server-common of each release in data/kafka/ (build/kafka-releases/)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
 #     (kshim-go-probe, kshim-go-client) built into build/bin/
 #   - cargo-fuzz (pinned), which scripts/fuzz.sh builds the fuzz targets with
@@ -103,6 +104,25 @@ else
   rm -rf "$JARS"
   mv "$tmp" "$JARS"
 fi
+
+# ------------------------------------------------- each Kafka release's data jars
+# data/kafka/<major.minor>.json names the release it was generated from; its
+# kafka-clients and kafka-server-common jars let the tests regenerate it.
+RELEASE_JARS="$ROOT/build/kafka-releases"
+for data in "$ROOT"/data/kafka/*.json; do
+  release="$(sed -n 's/^ "release": "\(.*\)",\{0,1\}$/\1/p' "$data")"
+  [ -n "$release" ] || die "$data names no release"
+  dir="$RELEASE_JARS/$release"
+  if [ -f "$dir/kafka-clients-$release.jar" ] && [ -f "$dir/kafka-server-common-$release.jar" ]; then
+    continue
+  fi
+  step "fetching kafka-clients and kafka-server-common $release into build/kafka-releases/$release"
+  for artifact in kafka-clients kafka-server-common; do
+    timeout 600 mvn -q -B -Dstyle.color=never dependency:copy -Dartifact="org.apache.kafka:$artifact:$release" \
+      -DoutputDirectory="$dir" -Dmdep.useBaseVersion=true \
+      || die "mvn dependency:copy of org.apache.kafka:$artifact:$release failed"
+  done
+done
 
 # ---------------------------------------------------------------------------- Go modules
 if [ -f "$GO_DIR/go.mod" ]; then

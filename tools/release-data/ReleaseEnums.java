@@ -1,0 +1,96 @@
+// Prints, as JSON on stdout, what a Kafka release's server-common jar says of
+// metadata.version and of every other feature: levels, names, which are
+// production-ready, dependencies, and each feature's default level per
+// metadata.version (what `kafka-features.sh version-mapping` prints).
+//
+// Run with the release's kafka-server-common and kafka-clients jars on the
+// class path. Reads the enums by reflection, so one source serves every release.
+
+import java.lang.reflect.Field;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+public class ReleaseEnums {
+    static final String PKG = "org.apache.kafka.server.common.";
+
+    public static void main(String[] args) throws Exception {
+        Class<?> mvClass = Class.forName(PKG + "MetadataVersion");
+        Object[] versions = mvClass.getEnumConstants();
+        Object latestProduction = staticField(mvClass, "LATEST_PRODUCTION");
+        Object minimum = staticField(mvClass, "MINIMUM_VERSION");
+        StringBuilder out = new StringBuilder("{\n");
+        out.append("  \"metadata_versions\": [\n");
+        List<String> rows = new ArrayList<>();
+        for (Object mv : versions) {
+            short level = (Short) call(mv, "featureLevel");
+            String name = (String) call(mv, "version");
+            boolean production = ((Enum<?>) mv).ordinal() <= ((Enum<?>) latestProduction).ordinal();
+            boolean changed = (Boolean) call(mv, "didMetadataChange");
+            rows.add(String.format("    {\"level\": %d, \"name\": %s, \"production\": %b, \"metadata_changed\": %b}",
+                    level, quote(name), production, changed));
+        }
+        out.append(String.join(",\n", rows)).append("\n  ],\n");
+        out.append("  \"minimum_metadata_version\": ").append(call(minimum, "featureLevel")).append(",\n");
+        out.append("  \"latest_production_metadata_version\": ").append(call(latestProduction, "featureLevel")).append(",\n");
+
+        Class<?> featureClass = Class.forName(PKG + "Feature");
+        List<String> features = new ArrayList<>();
+        Object production = staticField(featureClass, "PRODUCTION_FEATURES");
+        for (Object f : featureClass.getEnumConstants()) {
+            String name = (String) call(f, "featureName");
+            // Test features exist for Kafka's own unit tests; no tool shows them.
+            if (!((List<?>) production).contains(f)) {
+                continue;
+            }
+            Object[] featureVersions = (Object[]) call(f, "featureVersions");
+            List<String> levels = new ArrayList<>();
+            for (Object fv : featureVersions) {
+                short level = (Short) call(fv, "featureLevel");
+                Object bootstrap = call(fv, "bootstrapMetadataVersion");
+                @SuppressWarnings("unchecked")
+                Map<String, Short> deps = new TreeMap<>((Map<String, Short>) call(fv, "dependencies"));
+                List<String> depRows = new ArrayList<>();
+                for (Map.Entry<String, Short> d : deps.entrySet()) {
+                    depRows.add(quote(d.getKey()) + ": " + d.getValue());
+                }
+                levels.add(String.format("        {\"level\": %d, \"bootstrap_metadata_version\": %s, \"dependencies\": {%s}}",
+                        level, call(bootstrap, "featureLevel"), String.join(", ", depRows)));
+            }
+            TreeMap<Short, Short> defaults = new TreeMap<>();
+            Method defaultLevel = featureClass.getMethod("defaultLevel", mvClass);
+            for (Object mv : versions) {
+                defaults.put((Short) call(mv, "featureLevel"), (Short) defaultLevel.invoke(f, mv));
+            }
+            List<String> defaultRows = new ArrayList<>();
+            for (Map.Entry<Short, Short> d : defaults.entrySet()) {
+                defaultRows.add("\"" + d.getKey() + "\": " + d.getValue());
+            }
+            features.add(String.format(
+                    "    {\"name\": %s, \"minimum_production\": %s, \"latest_production\": %s, \"latest_testing\": %s,\n"
+                            + "      \"levels\": [\n%s\n      ],\n      \"default_level_by_metadata_version\": {%s}}",
+                    quote(name), call(f, "minimumProduction"),
+                    call(f, "latestProduction"), call(f, "latestTesting"),
+                    String.join(",\n", levels), String.join(", ", defaultRows)));
+        }
+        out.append("  \"features\": [\n").append(String.join(",\n", features)).append("\n  ]\n}\n");
+        System.out.print(out);
+    }
+
+    static Object staticField(Class<?> c, String name) throws Exception {
+        Field f = c.getField(name);
+        return f.get(null);
+    }
+
+    static Object call(Object target, String method) throws Exception {
+        Method m = target.getClass().getMethod(method);
+        m.setAccessible(true);
+        return m.invoke(target);
+    }
+
+    static String quote(String s) {
+        return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
+    }
+}
