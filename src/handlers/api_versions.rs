@@ -127,27 +127,38 @@ fn build(apis: Arc<Vec<ApiRange>>, snapshot: Arc<FeatureSnapshot>) -> Result<Ans
 /// The API table in front of a cluster: what every live broker serves, narrowed
 /// to the versions whose broker addresses kshim can rewrite and to the versions of
 /// the requests it checks that it can read, plus the APIs kshim
-/// answers itself. Keys kshim does not know are left out: it cannot tell whether
-/// their responses name brokers.
+/// answers itself. Keys the newest Kafka release kshim has data for does not
+/// define are left out: kshim cannot tell whether their responses name brokers.
+/// An API whose responses name brokers and that kshim does not rewrite is
+/// offered only in the versions below the first that names them.
 pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
+    let release = crate::protocol::release::newest();
     let mut out: Vec<ApiRange> = upstream
         .iter()
         .filter_map(|r| {
-            let api = ApiKey::try_from(r.api_key).ok()?;
+            let definition = release.api(r.api_key)?;
+            let api = ApiKey::try_from(r.api_key).ok();
             if OWN_APIS.iter().any(|o| o.api_key == r.api_key) {
                 return None;
             }
             // DescribeQuorum v2+ lists the controllers' listeners, which kshim does
             // not stand in front of; v0-v1 carry no addresses.
-            if api == ApiKey::DescribeQuorum {
+            if api == Some(ApiKey::DescribeQuorum) {
                 return (r.min <= 1).then_some(ApiRange {
                     api_key: r.api_key,
                     min: r.min,
                     max: r.max.min(1),
                 });
             }
-            let limit = crate::protocol::rewrite::rewritable_versions(api)
-                .or_else(|| super::checked_versions(api));
+            let limit = api.and_then(|api| {
+                crate::protocol::rewrite::rewritable_versions(api)
+                    .or_else(|| super::checked_versions(api))
+            });
+            let limit = limit.or_else(|| {
+                definition
+                    .broker_address_versions()
+                    .map(|(first, _)| (i16::MIN, first - 1))
+            });
             match limit {
                 None => Some(*r),
                 Some((min, max)) => {
@@ -338,6 +349,31 @@ pub fn handle(ctx: &Context, request: Incoming) -> Result<Bytes, HandlerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_apis_offer_every_key_the_newest_release_defines() {
+        let range = |api_key: i16, min: i16, max: i16| ApiRange { api_key, min, max };
+        // Kafka 4.4's Streams group APIs, UnregisterController, a key no release
+        // defines, and Vote, whose v1+ responses name brokers without a rewrite.
+        let upstream = [
+            range(88, 0, 1),
+            range(89, 0, 1),
+            range(93, 0, 0),
+            range(500, 0, 3),
+            range(52, 0, 2),
+        ];
+        let got = proxy_apis(&upstream);
+        let find = |k: i16| got.iter().find(|r| r.api_key == k).copied();
+        assert_eq!(find(88), Some(range(88, 0, 1)));
+        assert_eq!(find(89), Some(range(89, 0, 1)));
+        assert_eq!(find(93), Some(range(93, 0, 0)));
+        assert_eq!(find(500), None, "a key no release data defines");
+        assert_eq!(
+            find(52),
+            Some(range(52, 0, 0)),
+            "capped below the versions naming brokers"
+        );
+    }
 
     #[test]
     fn proxy_apis_narrow_rewritten_apis_and_add_kshims_own() {

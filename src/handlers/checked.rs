@@ -35,7 +35,7 @@ pub(super) fn settle(
     let version = request.header.api_version;
     let refused = slots.iter().filter(|s| matches!(s, Slot::Ours(_))).count();
     if refused == 0 {
-        return Ok(forward::plan(api, request.header, request.frame));
+        return Ok(forward::plan(request.header, request.frame));
     }
     let internal = |e: CodecError| EncodeError {
         api,
@@ -67,7 +67,7 @@ pub(super) fn settle(
         correlation_id: request.header.correlation_id,
         expects_response: true,
         then: Then {
-            api,
+            api_key: api as i16,
             version,
             hold: None,
             delay: None,

@@ -7,7 +7,7 @@
 
 use super::Action;
 use crate::protocol::rewrite::rewritable_versions;
-use crate::protocol::{requests, CodecError, HeaderPeek};
+use crate::protocol::{api_name, release, requests, CodecError, HeaderPeek};
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
@@ -26,7 +26,8 @@ pub struct Forward {
 /// What a forwarded request's response needs: which API and version it
 /// answers, what is done to it, and what is kept until it comes.
 pub struct Then {
-    pub api: ApiKey,
+    /// The API key, which kshim's Kafka library may not know (a newer release's).
+    pub api_key: i16,
     pub version: i16,
     pub after: AfterResponse,
     /// Kept until the response has come back (or the request is dropped).
@@ -39,7 +40,7 @@ pub struct Then {
 impl std::fmt::Debug for Then {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Then")
-            .field("api", &self.api)
+            .field("api_key", &self.api_key)
             .field("version", &self.version)
             .field("after", &self.after)
             .field("holds", &self.hold.is_some())
@@ -73,18 +74,32 @@ impl std::fmt::Debug for AfterResponse {
     }
 }
 
-pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
-    let version = peek.api_version;
-    let after = match rewritable_versions(api) {
+/// A request forwarded as it is. Its API key may be one kshim's Kafka library
+/// does not know, as long as the newest release kshim has data for defines it.
+pub fn plan(peek: HeaderPeek, frame: Bytes) -> Action {
+    let (key, version) = (peek.api_key, peek.api_version);
+    let name = api_name(key);
+    let after = match ApiKey::try_from(key).ok().and_then(rewritable_versions) {
         Some((min, max)) if !(min..=max).contains(&version) => {
             return Action::Close(format!(
-                "{api:?} v{version} is not served: kshim cannot rewrite the broker addresses in its responses (it handles v{min}-v{max})"
+                "{name} v{version} is not served: kshim cannot rewrite the broker addresses in its responses (it handles v{min}-v{max})"
             ))
         }
         Some(_) => AfterResponse::RewriteAddresses,
         None => AfterResponse::PassOn,
     };
-    let expects_response = if api == ApiKey::Produce {
+    // A response that names brokers must never pass unrewritten: the client
+    // would learn an address around kshim.
+    let names_brokers = release::newest()
+        .api(key)
+        .and_then(|a| a.broker_address_versions())
+        .is_some_and(|(min, max)| (min..=max).contains(&version));
+    if matches!(after, AfterResponse::PassOn) && names_brokers {
+        return Action::Close(format!(
+            "{name} v{version} is not served: its responses name brokers and kshim has no rewrite for them"
+        ));
+    }
+    let expects_response = if key == ApiKey::Produce as i16 {
         match requests::produce_acks(&frame, version) {
             Ok(acks) => acks != 0,
             Err(e) => return Action::Close(format!("malformed Produce v{version} request: {e}")),
@@ -97,7 +112,7 @@ pub fn plan(api: ApiKey, peek: HeaderPeek, frame: Bytes) -> Action {
         correlation_id: peek.correlation_id,
         expects_response,
         then: Then {
-            api,
+            api_key: key,
             version,
             after,
             hold: None,
@@ -142,10 +157,7 @@ mod tests {
             for (acks, expects) in [(0, false), (1, true), (-1, true)] {
                 let frame = produce(version, acks);
                 let peek = HeaderPeek::parse(&frame).unwrap();
-                assert_eq!(
-                    forwarded(plan(ApiKey::Produce, peek, frame)).expects_response,
-                    expects
-                );
+                assert_eq!(forwarded(plan(peek, frame)).expects_response, expects);
             }
         }
     }
@@ -154,15 +166,24 @@ mod tests {
     fn versions_kshim_cannot_rewrite_close_the_connection() {
         let frame = Bytes::from_static(&[0, 3, 0, 99, 0, 0, 0, 1, 0, 0]);
         let peek = HeaderPeek::parse(&frame).unwrap();
-        assert!(matches!(
-            plan(ApiKey::Metadata, peek, frame),
-            Action::Close(_)
-        ));
+        assert!(matches!(plan(peek, frame), Action::Close(_)));
         let frame = Bytes::from_static(&[0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0]);
         let peek = HeaderPeek::parse(&frame).unwrap();
-        assert!(matches!(
-            plan(ApiKey::Produce, peek, frame),
-            Action::Close(_)
-        ));
+        assert!(matches!(plan(peek, frame), Action::Close(_)));
+    }
+
+    #[test]
+    fn newer_apis_pass_on_and_unrewritten_broker_addresses_never_do() {
+        // StreamsGroupHeartbeat v1 (Kafka 4.4; unknown to kshim's Kafka library):
+        // its application endpoints reach the client as they are.
+        let frame = Bytes::from_static(&[0, 88, 0, 1, 0, 0, 0, 7, 0, 0, 0]);
+        let peek = HeaderPeek::parse(&frame).unwrap();
+        let fw = forwarded(plan(peek, frame));
+        assert_eq!((fw.then.api_key, fw.then.version), (88, 1));
+        assert!(matches!(fw.then.after, AfterResponse::PassOn));
+        // Vote v1 answers with broker endpoints kshim has no rewrite for.
+        let frame = Bytes::from_static(&[0, 52, 0, 1, 0, 0, 0, 7, 0, 0, 0]);
+        let peek = HeaderPeek::parse(&frame).unwrap();
+        assert!(matches!(plan(peek, frame), Action::Close(why) if why.contains("name brokers")));
     }
 }

@@ -183,6 +183,15 @@ impl From<Result<Bytes, HandlerError>> for Action {
 pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Action {
     let peek = request.header;
     let Some(api) = peek.known_api_key() else {
+        // An API newer than kshim's Kafka library: forwarded when the newest
+        // release kshim has data for defines it (its ApiVersions offers no other).
+        if ctx.upstream.is_some()
+            && crate::protocol::release::newest()
+                .api(peek.api_key)
+                .is_some()
+        {
+            return forward::plan(peek, request.frame);
+        }
         return Action::Close(format!("unknown API key {}", peek.api_key));
     };
     match api {
@@ -198,7 +207,7 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Acti
         {
             checked_request(ctx, peer, api, request)
         }
-        _ if ctx.upstream.is_some() => forward::plan(api, peek, request.frame),
+        _ if ctx.upstream.is_some() => forward::plan(peek, request.frame),
         ApiKey::Metadata => metadata::handle(ctx, peer, request).into(),
         ApiKey::DescribeCluster => describe_cluster::handle(ctx, peer, request).into(),
         other => Action::Close(format!("{other:?} is not served by a standalone kshim")),
@@ -223,7 +232,7 @@ fn checked_request(ctx: &Arc<Context>, peer: &Peer, api: ApiKey, request: Incomi
     // pass until the upstream has answered.
     let pass = (!policies.validators.is_empty()).then(|| ctx.controller.fence().pass());
     if !checked::anything_to_check(&policies) || policies.exempts(&peer.principal) {
-        return checked::holding(forward::plan(api, peek, request.frame), pass);
+        return checked::holding(forward::plan(peek, request.frame), pass);
     }
     let snapshot = ctx.controller.snapshot();
     let mut levels = vec![&snapshot.finalized];

@@ -13,6 +13,7 @@ pub mod errors;
 pub mod frame;
 pub mod header;
 pub mod records;
+pub mod release;
 pub mod requests;
 pub mod response;
 pub mod results;
@@ -23,8 +24,13 @@ pub use frame::{FrameCodec, FrameError, DEFAULT_MAX_FRAME_BYTES};
 pub use header::{HeaderPeek, Incoming, RequestFrame};
 pub use wire::{CodecError, Reader};
 
-/// Kafka's name for an API key ("Produce"), or "Unknown<key>".
+/// Kafka's name for an API key ("Produce"), from kshim's Kafka library or the
+/// newest release data, or "Unknown<key>".
 pub fn api_name(key: i16) -> String {
-    kafka_protocol::messages::ApiKey::try_from(key)
-        .map_or_else(|_| format!("Unknown{key}"), |api| format!("{api:?}"))
+    match kafka_protocol::messages::ApiKey::try_from(key) {
+        Ok(api) => format!("{api:?}"),
+        Err(_) => release::newest()
+            .api(key)
+            .map_or_else(|| format!("Unknown{key}"), |a| a.name.clone()),
+    }
 }
