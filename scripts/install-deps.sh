@@ -5,6 +5,7 @@
 #   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
 #   - kafka-clients and kafka-server-common of each release in data/kafka/ (build/kafka-releases/)
+#   - the Kafka 4.4.0 broker in build/kafka-jars-4.4.0/ (the same pom at another version)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
 #     (kshim-go-probe, kshim-go-client) built into build/bin/
 #   - cargo-fuzz (pinned), which scripts/fuzz.sh builds the fuzz targets with
@@ -104,6 +105,25 @@ else
   rm -rf "$JARS"
   mv "$tmp" "$JARS"
 fi
+
+# ---------------------------------------------- brokers of other Kafka releases
+# The interop suite runs one broker of each release listed here beside the 4.1.1
+# cluster (tests/interop/test_kafka_releases.py).
+OTHER_BROKER_RELEASES=(4.4.0)
+for release in "${OTHER_BROKER_RELEASES[@]}"; do
+  dir="$ROOT/build/kafka-jars-$release"
+  if ls "$dir"/kafka_2.13-"$release".jar "$dir"/kafka-clients-"$release".jar >/dev/null 2>&1; then
+    continue
+  fi
+  step "fetching the Kafka $release broker into build/kafka-jars-$release"
+  tmp="$dir.tmp.$$"
+  rm -rf "$tmp"
+  timeout 1200 mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+      -Dkafka.version="$release" -DoutputDirectory="$tmp" \
+    || { rm -rf "$tmp"; die "mvn dependency:copy-dependencies of Kafka $release failed"; }
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+done
 
 # ------------------------------------------------- each Kafka release's data jars
 # data/kafka/<major.minor>.json names the release it was generated from; its

@@ -129,14 +129,14 @@ fn build(apis: Arc<Vec<ApiRange>>, snapshot: Arc<FeatureSnapshot>) -> Result<Ans
 /// the requests it checks that it can read, plus the APIs kshim
 /// answers itself. Keys the newest Kafka release kshim has data for does not
 /// define are left out: kshim cannot tell whether their responses name brokers.
-/// An API whose responses name brokers and that kshim does not rewrite is
-/// offered only in the versions below the first that names them.
+/// Versions whose responses name brokers kshim cannot rewrite are left out
+/// (`forward::forwardable_versions`).
 pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
     let release = crate::protocol::release::newest();
     let mut out: Vec<ApiRange> = upstream
         .iter()
         .filter_map(|r| {
-            let definition = release.api(r.api_key)?;
+            release.api(r.api_key)?;
             let api = ApiKey::try_from(r.api_key).ok();
             if OWN_APIS.iter().any(|o| o.api_key == r.api_key) {
                 return None;
@@ -150,16 +150,13 @@ pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
                     max: r.max.min(1),
                 });
             }
-            let limit = api.and_then(|api| {
-                crate::protocol::rewrite::rewritable_versions(api)
-                    .or_else(|| super::checked_versions(api))
-            });
-            let limit = limit.or_else(|| {
-                definition
-                    .broker_address_versions()
-                    .map(|(first, _)| (i16::MIN, first - 1))
-            });
-            match limit {
+            let (min, max) = super::forward::forwardable_versions(r.api_key, r.min, r.max)?;
+            let r = &ApiRange {
+                api_key: r.api_key,
+                min,
+                max,
+            };
+            match api.and_then(super::checked_versions) {
                 None => Some(*r),
                 Some((min, max)) => {
                     let (min, max) = (r.min.max(min), r.max.min(max));

@@ -74,31 +74,69 @@ impl std::fmt::Debug for AfterResponse {
     }
 }
 
+/// How the response of `key` at `version` is made safe for the client: its
+/// broker addresses rewritten, or passed on when it names no broker (as the
+/// newest release data says); `Err` when it names brokers kshim cannot rewrite.
+/// The one rule for both what kshim forwards and what its ApiVersions offers.
+pub fn response_handling(key: i16, version: i16) -> Result<AfterResponse, String> {
+    let rewritten = ApiKey::try_from(key)
+        .ok()
+        .and_then(rewritable_versions)
+        .is_some_and(|(min, max)| (min..=max).contains(&version));
+    if rewritten {
+        return Ok(AfterResponse::RewriteAddresses);
+    }
+    // A layout newer than any release kshim has data for may name brokers. An
+    // older one than the release defines is a removed version some brokers
+    // still offer and refuse (Produce v0-v2, KAFKA-18659): as Kafka only adds
+    // fields, it names no broker when the oldest defined version names none.
+    let newest = release::newest();
+    let Some(definition) = newest
+        .api(key)
+        .filter(|a| version <= a.versions[1])
+        .filter(|a| {
+            version >= a.versions[0]
+                || a.broker_address_versions()
+                    .is_none_or(|(first, _)| first > a.versions[0])
+        })
+    else {
+        return Err(format!(
+            "{} v{version} is not served: Kafka {} (the newest release kshim knows) does not define it",
+            api_name(key),
+            newest.release
+        ));
+    };
+    // A response that names brokers must never pass unrewritten: the client
+    // would learn an address around kshim.
+    let names_brokers = definition
+        .broker_address_versions()
+        .is_some_and(|(min, max)| (min..=max).contains(&version));
+    if names_brokers {
+        return Err(format!(
+            "{} v{version} is not served: its responses name brokers and kshim cannot rewrite that version",
+            api_name(key)
+        ));
+    }
+    Ok(AfterResponse::PassOn)
+}
+
+/// The versions of `key` within `min..=max` that kshim can forward: the
+/// highest run of versions whose responses it can make safe.
+pub fn forwardable_versions(key: i16, min: i16, max: i16) -> Option<(i16, i16)> {
+    let ok = |v: i16| response_handling(key, v).is_ok();
+    let hi = (min..=max).rev().find(|&v| ok(v))?;
+    let lo = (min..=hi).rev().take_while(|&v| ok(v)).last()?;
+    Some((lo, hi))
+}
+
 /// A request forwarded as it is. Its API key may be one kshim's Kafka library
 /// does not know, as long as the newest release kshim has data for defines it.
 pub fn plan(peek: HeaderPeek, frame: Bytes) -> Action {
     let (key, version) = (peek.api_key, peek.api_version);
-    let name = api_name(key);
-    let after = match ApiKey::try_from(key).ok().and_then(rewritable_versions) {
-        Some((min, max)) if !(min..=max).contains(&version) => {
-            return Action::Close(format!(
-                "{name} v{version} is not served: kshim cannot rewrite the broker addresses in its responses (it handles v{min}-v{max})"
-            ))
-        }
-        Some(_) => AfterResponse::RewriteAddresses,
-        None => AfterResponse::PassOn,
+    let after = match response_handling(key, version) {
+        Ok(after) => after,
+        Err(why) => return Action::Close(why),
     };
-    // A response that names brokers must never pass unrewritten: the client
-    // would learn an address around kshim.
-    let names_brokers = release::newest()
-        .api(key)
-        .and_then(|a| a.broker_address_versions())
-        .is_some_and(|(min, max)| (min..=max).contains(&version));
-    if matches!(after, AfterResponse::PassOn) && names_brokers {
-        return Action::Close(format!(
-            "{name} v{version} is not served: its responses name brokers and kshim has no rewrite for them"
-        ));
-    }
     let expects_response = if key == ApiKey::Produce as i16 {
         match requests::produce_acks(&frame, version) {
             Ok(acks) => acks != 0,

@@ -403,22 +403,28 @@ class AdminApi:
 # Java
 
 
-def require_jars() -> Path:
+def release_jars(release: str) -> Path:
+    """The jars of another Kafka release's broker (scripts/install-deps.sh fetches them)."""
+    return REPO_ROOT / "build" / f"kafka-jars-{release}"
+
+
+def require_jars(jars: Path | None = None) -> Path:
     """The Kafka jars directory, or a loud failure naming the command that installs it."""
-    jars = list(JARS_DIR.glob("kafka_2.13-*.jar")) + list(JARS_DIR.glob("kafka-tools-*.jar"))
-    if len(jars) < 2 or not list(JARS_DIR.glob("kafka-clients-*.jar")):
+    jars_dir = jars or JARS_DIR
+    found = list(jars_dir.glob("kafka_2.13-*.jar")) + list(jars_dir.glob("kafka-tools-*.jar"))
+    if len(found) < 2 or not list(jars_dir.glob("kafka-clients-*.jar")):
         raise EnvError(
-            f"Kafka jars are missing from {JARS_DIR} (need kafka_2.13, kafka-tools, kafka-clients). "
+            f"Kafka jars are missing from {jars_dir} (need kafka_2.13, kafka-tools, kafka-clients). "
             f"Run: {INSTALL_HINT}"
         )
     if shutil.which("java") is None:
         raise EnvError("`java` is not on PATH; a JDK 17+ is needed to run Kafka and the Java clients")
-    return JARS_DIR
+    return jars_dir
 
 
-def classpath(*extra: os.PathLike | str) -> str:
+def classpath(*extra: os.PathLike | str, jars: Path | None = None) -> str:
     # The Kafka jars first: the class-data archive below holds for any classpath it starts.
-    return os.pathsep.join([str(require_jars() / "*"), *(str(e) for e in extra)])
+    return os.pathsep.join([str(require_jars(jars) / "*"), *(str(e) for e in extra)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -922,8 +928,10 @@ class KafkaCluster:
         extra_ports: int = 0,
         heap: str = "768m",
         separate_inter_broker: bool = False,
+        jars: Path | None = None,
     ):
-        require_jars()
+        # Another release's broker: its own jars (release_jars), not the suite's 4.1.1.
+        self.jars = require_jars(jars)
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
         self.cluster_id = new_cluster_id()
@@ -1144,6 +1152,7 @@ class KafkaCluster:
         self.listener_overrides = {}
         self.heap = state["heap"]
         self.separate_inter_broker = state["separate_inter_broker"]
+        self.jars = require_jars()
         self.attached = True
         self.on_node_started = None
         self.nodes = []
@@ -1229,7 +1238,7 @@ class KafkaCluster:
             "-Xmx256m",
             f"-Dlog4j2.configurationFile={TOOLS_LOG4J}",
             "-cp",
-            classpath(),
+            classpath(jars=self.jars),
             "kafka.tools.StorageTool",
             "format",
             "-t",
@@ -1256,7 +1265,7 @@ class KafkaCluster:
             f"-Dlog4j2.configurationFile={BROKER_LOG4J}",
             f"-Dkafka.logs.dir={node.dir}",
             "-cp",
-            classpath(),
+            classpath(jars=self.jars),
             "kafka.Kafka",
             str(node.properties_path),
         ]

@@ -1,0 +1,84 @@
+"""kshim in front of a newer Kafka release than the suite's 4.1.1: a Kafka 4.4.0 node.
+
+What kshim's ApiVersions offers is the broker's own table, apart from a short list of
+deliberate differences, each with its reason; and an API that kshim's Kafka library does
+not know (StreamsGroupDescribe, key 89, from Kafka 4.1 on) goes through kshim to the
+broker and back, byte for byte.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+import kafka_env as ke
+
+RELEASE = "4.4.0"
+
+# key -> (kshim's range, why it differs from the broker's). Everything else must be equal.
+DIFFERENCES = {
+    # kshim answers ApiVersions itself, at the versions it speaks (v5: KIP-1242, to come).
+    18: ((0, 4), "kshim answers ApiVersions itself, up to v4"),
+    # kshim answers UpdateFeatures itself.
+    57: ((0, 2), "kshim answers UpdateFeatures itself"),
+    # The broker's v2 layouts of these carry NodeEndpoints kshim does not rewrite yet.
+    78: ((1, 1), "ShareFetch v2 responses name brokers kshim cannot yet rewrite"),
+    79: ((1, 1), "ShareAcknowledge v2 responses name brokers kshim cannot yet rewrite"),
+    # v2 lists the controllers' listeners, which kshim does not stand in front of.
+    55: ((0, 1), "DescribeQuorum v2 lists controller listeners"),
+}
+
+
+@pytest.fixture(scope="module")
+def broker(kafka_clusters):
+    return kafka_clusters.start(1, jars=ke.release_jars(RELEASE))
+
+
+@pytest.fixture
+def proxy(kshim_factory, broker):
+    return kshim_factory(upstream=broker.bootstrap)
+
+
+def test_kshim_offers_the_4_4_brokers_apis(broker, proxy):
+    theirs = ke.api_versions(broker.bootstrap).api_keys
+    ours = ke.wait_until(lambda: ke.api_versions(proxy.bootstrap).api_keys, 10)
+    assert {88, 89} <= set(theirs), f"a {RELEASE} broker offers the Streams group APIs: {sorted(theirs)}"
+    differences = {}
+    for key in sorted(set(theirs) | set(ours)):
+        expected = DIFFERENCES[key][0] if key in DIFFERENCES else theirs.get(key)
+        if ours.get(key) != expected:
+            differences[key] = {"broker": theirs.get(key), "kshim": ours.get(key), "expected": expected}
+    assert not differences, f"kshim's ApiVersions differs from the {RELEASE} broker's: {differences}"
+
+
+def streams_group_describe(group: str, correlation_id: int) -> bytes:
+    """StreamsGroupDescribe v0 (key 89): header v2, GroupIds, IncludeAuthorizedOperations."""
+    client_id = b"kshim-interop"
+    header = struct.pack(">hhih", 89, 0, correlation_id, len(client_id)) + client_id + b"\x00"
+    body = ke.encode_uvarint(2) + ke.encode_compact_string(group) + b"\x00" + b"\x00"
+    return header + body
+
+
+def describe_answer(frame: bytes) -> tuple[int, int, str]:
+    """The correlation id, and the first group's error code and id."""
+    (correlation_id,) = struct.unpack_from(">i", frame, 0)
+    pos = 5  # correlation id, header tags (none)
+    pos += 4  # ThrottleTimeMs
+    count, pos = ke._uvarint(frame, pos)
+    assert count == 2, f"one group in the answer, got {count - 1}"
+    (error_code,) = struct.unpack_from(">h", frame, pos)
+    pos += 2
+    length, pos = ke._uvarint(frame, pos)  # ErrorMessage, nullable
+    pos += max(length - 1, 0)
+    group, pos = ke._compact_str(frame, pos)
+    return correlation_id, error_code, group
+
+
+def test_an_api_newer_than_kshims_library_goes_through(broker, proxy):
+    ke.wait_until(lambda: 89 in ke.api_versions(proxy.bootstrap).api_keys, 10)
+    direct = describe_answer(ke.exchange(broker.bootstrap, streams_group_describe("no-such-app", 7), 10))
+    through = describe_answer(ke.exchange(proxy.bootstrap, streams_group_describe("no-such-app", 8), 10))
+    assert direct[0] == 7 and through[0] == 8
+    assert direct[1:] == through[1:], f"broker {direct}, through kshim {through}"
+    assert direct[1] != 0, "a group that does not exist is an error"
