@@ -341,7 +341,8 @@ fn kshim_decodes_every_api_versions_answer() {
             assert!(ours.features.epoch >= 0, "{}", f.file);
         }
         if let Some(asked) = f.request_api_version {
-            assert!(asked > api_versions::MAX_VERSION, "{}", f.file);
+            // Kafka 4.1.1's refusal of v5, which it did not know.
+            assert_eq!(asked, 5, "{}", f.file);
             assert_eq!(
                 ours.error_code,
                 kshim::protocol::errors::ResponseError::UnsupportedVersion.code(),
@@ -547,6 +548,11 @@ async fn api_versions_answers_match_the_broker_but_for_the_epoch() {
         let (correlation_id, body) = split_api_versions_answer(&frame);
         assert_eq!(correlation_id, request.correlation_id, "{}", request.file);
         let mut ours = ApiVersionsResponse::decode(&mut body.clone(), version).unwrap();
+        // The fixtures are Kafka 4.1.1's, whose ApiVersions goes to v4; kshim
+        // answers v5 (KIP-1242) as Kafka 4.4 does.
+        for a in theirs.api_keys.iter_mut().filter(|a| a.api_key == 18) {
+            a.max_version = api_versions::MAX_VERSION;
+        }
         assert_eq!(ours.error_code, theirs.error_code, "{}", request.file);
         assert_eq!(
             ours.throttle_time_ms, theirs.throttle_time_ms,
@@ -634,7 +640,7 @@ async fn draft_tags_add_10000_to_10002_and_leave_tags_0_to_2_alone() {
         .iter()
         .filter(|r| r.api_version <= api_versions::MAX_VERSION)
     {
-        let version = request.api_version;
+        let version = api_versions::answer_layout(request.api_version);
         let (_, without) = split_api_versions_answer(&answer(&plain.context, request).await);
         let (_, with) = split_api_versions_answer(&answer(&draft.context, request).await);
         let without = ApiVersionsResponse::decode(&mut without.clone(), version).unwrap();
@@ -673,8 +679,13 @@ async fn draft_tags_add_10000_to_10002_and_leave_tags_0_to_2_alone() {
     }
 }
 
+/// kshim answers ApiVersions v5 (KIP-1242) as Kafka 4.4 does: the requests
+/// Java 4.4 and franz-go send (ClusterId null, NodeId -1: a bootstrap) get a
+/// full answer. A version past v5 gets what Kafka 4.1.1 gave these v5 requests
+/// (the v0 layout, UNSUPPORTED_VERSION, ApiVersions' own range), byte for byte
+/// but for that range, which is now 0-5.
 #[tokio::test]
-async fn unsupported_version_answers_match_the_broker_byte_for_byte() {
+async fn v5_is_answered_and_newer_versions_match_the_brokers_refusal() {
     let (kshim, _dir) = standalone(broker_levels(), true).await;
     let pairs = [
         (
@@ -690,13 +701,41 @@ async fn unsupported_version_answers_match_the_broker_byte_for_byte() {
         let request = fixture(request);
         let broker = fixture(broker);
         assert_eq!(broker.request_api_version, Some(request.api_version));
+
         let ours = answer(&kshim.context, &request).await;
+        let (correlation_id, body) = split_api_versions_answer(&ours);
+        assert_eq!(correlation_id, request.correlation_id, "{}", request.file);
+        let decoded = api_versions::decode_response(5, &body).unwrap();
+        assert_eq!(decoded.error_code, 0, "{}", request.file);
         assert!(
-            ours == broker.raw,
-            "{}\n  kshim  {:02x?}\n  broker {:02x?}",
+            decoded
+                .apis
+                .iter()
+                .any(|a| (a.api_key, a.min, a.max) == (18, 0, 5)),
+            "{}: {:?}",
             request.file,
+            decoded.apis
+        );
+
+        // The same request at v6.
+        let mut v6 = request.raw.to_vec();
+        v6[6..8].copy_from_slice(&6i16.to_be_bytes());
+        let v6 = Fixture {
+            raw: Bytes::from(v6),
+            api_version: 6,
+            file: format!("{} at v6", request.file),
+            ..request
+        };
+        let mut expected = broker.raw.to_vec();
+        // size, correlation id, ErrorCode, ApiKeys count, ApiKey, MinVersion: MaxVersion.
+        expected[18..20].copy_from_slice(&5i16.to_be_bytes());
+        let ours = answer(&kshim.context, &v6).await;
+        assert!(
+            ours[..] == expected[..],
+            "{}\n  kshim  {:02x?}\n  broker {:02x?}",
+            v6.file,
             &ours[..],
-            &broker.raw[..]
+            &expected[..]
         );
     }
 }

@@ -165,7 +165,9 @@ impl KafkaClient {
     /// ApiVersions at the highest version both sides speak (v4 first, then what
     /// the server says it supports).
     pub async fn api_versions(&mut self) -> Result<(i16, DecodedApiVersions), ClientError> {
-        let mut version = api_versions::MAX_VERSION;
+        // v5 adds only the node a client means to reach (KIP-1242), which
+        // kshim's own client, always bootstrapping, never names.
+        let mut version = 4;
         loop {
             let body = if version >= 3 {
                 software_fields()

@@ -1,16 +1,19 @@
 //! ApiVersions: the API table and the feature snapshot, answered from encoded
 //! bodies that are rebuilt only when the snapshot changes.
 
+use super::refusal::Refusal;
 use super::{Context, HandlerError};
 use crate::census::{Served, ServedRecord};
 use crate::features::FeatureSnapshot;
 use crate::lab::Shape;
 use crate::protocol::api_versions::{
-    body_with_view, features_for_version, invalid_request_body, is_valid_client_software,
-    parse_request, success_body, unsupported_version_body, ApiRange, ClientSoftware, MAX_VERSION,
+    body_with_view, error_body, features_for_version, invalid_request_body,
+    is_valid_client_software, parse_request, success_body, unsupported_version_body, ApiRange,
+    ApiVersionsRequestBody, ClientSoftware, IntendedNode, MAX_VERSION,
 };
 use crate::protocol::response::{frame_with_body, EncodeError};
 use crate::protocol::Incoming;
+use crate::upstream::Route;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -224,6 +227,8 @@ pub struct Request {
     pub correlation_id: i32,
     /// The client software fields (v3+).
     pub software: Option<ClientSoftware>,
+    /// The node the client means to reach (v5+, both fields given).
+    pub intended: Option<IntendedNode>,
 }
 
 /// Reads an ApiVersions request.
@@ -242,8 +247,22 @@ pub fn read(request: Incoming) -> Result<Read, HandlerError> {
     let request = request
         .decode_header()
         .map_err(HandlerError::malformed(api, version))?;
-    let software =
+    let ApiVersionsRequestBody { software, intended } =
         parse_request(version, request.body()).map_err(HandlerError::malformed(api, version))?;
+    // KIP-1242: ClusterId and NodeId come together or not at all.
+    let intended = match intended {
+        Some(i) if i.cluster_id.is_some() != (i.node_id != -1) => {
+            tracing::debug!(cluster_id = ?i.cluster_id, node_id = i.node_id, "ApiVersions v5 naming only one of ClusterId and NodeId");
+            return Ok(Read::Refused(frame_with_body(
+                api,
+                version,
+                peek.correlation_id,
+                &invalid_request_body(version)?,
+            )));
+        }
+        Some(i) if i.cluster_id.is_some() => Some(i),
+        _ => None,
+    };
     if let Some(s) = &software {
         if !is_valid_client_software(s) {
             tracing::debug!(name = %s.name, version = %s.version, "ApiVersions with invalid client software fields");
@@ -259,7 +278,52 @@ pub fn read(request: Incoming) -> Result<Read, HandlerError> {
         version,
         correlation_id: peek.correlation_id,
         software,
+        intended,
     }))
+}
+
+/// KIP-1242: a v5 request that names the node it means to reach, sent to
+/// another cluster or node, gets REBOOTSTRAP_REQUIRED and nothing else, as a
+/// Kafka 4.4 broker answers. kshim's identity is the cluster id it hands out in
+/// Metadata (its own standalone, the brokers' in front of a cluster) and the
+/// node the listener serves; the bootstrap listener of a proxy serves no one
+/// node, so only the cluster id is checked there, and an upstream not reached
+/// yet leaves nothing to check.
+pub fn refused_as_elsewhere(
+    ctx: &Context,
+    route: Route,
+    request: &Request,
+) -> Result<Option<Bytes>, HandlerError> {
+    let Some(intended) = &request.intended else {
+        return Ok(None);
+    };
+    let (cluster_id, node_id) = match &ctx.upstream {
+        None => (
+            Some(ctx.controller.cluster_id().to_owned()),
+            Some(ctx.node.node_id),
+        ),
+        Some(upstream) => (
+            upstream.view().cluster_id.clone(),
+            match route {
+                Route::Node(id) => Some(id),
+                Route::Bootstrap => None,
+            },
+        ),
+    };
+    let other_cluster =
+        cluster_id.is_some_and(|c| intended.cluster_id.as_deref() != Some(c.as_str()));
+    let other_node = node_id.is_some_and(|n| n != intended.node_id);
+    if !(other_cluster || other_node) {
+        return Ok(None);
+    }
+    tracing::debug!(cluster_id = ?intended.cluster_id, node_id = intended.node_id, "ApiVersions v5 meant for another cluster or node: REBOOTSTRAP_REQUIRED");
+    let body = error_body(request.version, Refusal::OtherNode.code())?;
+    Ok(Some(frame_with_body(
+        ApiKey::ApiVersions,
+        request.version,
+        request.correlation_id,
+        &body,
+    )))
 }
 
 /// The answer to `request`, and the feature view it carries; shaped by the
@@ -339,7 +403,10 @@ fn narrowed(apis: &[ApiRange], ranges: &[(i16, i16, i16)]) -> Vec<ApiRange> {
 pub fn handle(ctx: &Context, request: Incoming) -> Result<Bytes, HandlerError> {
     match read(request)? {
         Read::Refused(frame) => Ok(frame),
-        Read::Request(request) => answer(ctx, &request, None).map(|(frame, _)| frame),
+        Read::Request(request) => match refused_as_elsewhere(ctx, Route::Bootstrap, &request)? {
+            Some(frame) => Ok(frame),
+            None => answer(ctx, &request, None).map(|(frame, _)| frame),
+        },
     }
 }
 
@@ -421,7 +488,7 @@ mod tests {
             Some(ApiRange {
                 api_key: 18,
                 min: 0,
-                max: 4
+                max: MAX_VERSION
             })
         );
         assert_eq!(

@@ -27,6 +27,8 @@ pub enum Refusal {
     UnknownTopicId,
     /// DescribeCluster for an endpoint type kshim does not serve.
     EndpointType,
+    /// ApiVersions v5 meant for another cluster or node (KIP-1242).
+    OtherNode,
 }
 
 impl Refusal {
@@ -51,6 +53,7 @@ impl Refusal {
             Refusal::UnknownTopic => ResponseError::UnknownTopicOrPartition,
             Refusal::UnknownTopicId => ResponseError::UnknownTopicId,
             Refusal::EndpointType => ResponseError::UnsupportedEndpointType,
+            Refusal::OtherNode => ResponseError::RebootstrapRequired,
         }
     }
 
@@ -81,7 +84,8 @@ impl Refusal {
             | Refusal::SaslOutOfTurn
             | Refusal::UnknownTopic
             | Refusal::UnknownTopicId
-            | Refusal::EndpointType => Blame::Client,
+            | Refusal::EndpointType
+            | Refusal::OtherNode => Blame::Client,
         }
     }
 }

@@ -223,6 +223,17 @@ impl Session {
             self.identified();
         }
         self.note_without_upstream();
+        match api_versions::refused_as_elsewhere(&self.ctx, self.peer.route, &request) {
+            Ok(Some(frame)) => {
+                self.counted_api_versions(version, read_at, None);
+                return Action::Respond(frame);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.counted_api_versions(version, read_at, None);
+                return Err::<Bytes, _>(e).into();
+            }
+        }
         if !self.lab.is_empty() {
             let api = ApiKey::ApiVersions as i16;
             if let Some(answer) = self.lab_error(api, version, request.correlation_id) {

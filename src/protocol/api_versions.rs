@@ -18,7 +18,16 @@ use regex::Regex;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-pub const MAX_VERSION: i16 = 4;
+pub const MAX_VERSION: i16 = 5;
+
+/// The newest version whose answer layout kshim's Kafka library encodes. v5
+/// answers are laid out as v4 ones (KIP-1242 changed only the request).
+const NEWEST_ANSWER_LAYOUT: i16 = 4;
+
+/// The layout version of an answer to a request of `version`.
+pub fn answer_layout(version: i16) -> i16 {
+    version.min(NEWEST_ANSWER_LAYOUT)
+}
 
 /// The client software fields of a v3+ request.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -27,17 +36,49 @@ pub struct ClientSoftware {
     pub version: String,
 }
 
+/// What a v5 request says of the node the client means to reach (KIP-1242).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IntendedNode {
+    /// Null when the client does not say.
+    pub cluster_id: Option<String>,
+    /// -1 when the client does not say.
+    pub node_id: i32,
+}
+
+/// The body of an ApiVersions request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApiVersionsRequestBody {
+    /// The client software fields (v3+).
+    pub software: Option<ClientSoftware>,
+    /// v5+.
+    pub intended: Option<IntendedNode>,
+}
+
 /// Reads the body of an ApiVersions request of a known version. v0-v2 bodies are
 /// empty.
-pub fn parse_request(version: i16, body: &[u8]) -> Result<Option<ClientSoftware>, CodecError> {
+pub fn parse_request(version: i16, body: &[u8]) -> Result<ApiVersionsRequestBody, CodecError> {
     if version < 3 {
-        return Ok(None);
+        return Ok(ApiVersionsRequestBody::default());
     }
     let mut r = Reader::new(body);
     let name = r.string(true, "ClientSoftwareName")?.to_owned();
-    let version = r.string(true, "ClientSoftwareVersion")?.to_owned();
+    let software_version = r.string(true, "ClientSoftwareVersion")?.to_owned();
+    let intended = if version >= 5 {
+        Some(IntendedNode {
+            cluster_id: r.compact_nullable_string("ClusterId")?.map(str::to_owned),
+            node_id: r.i32("NodeId")?,
+        })
+    } else {
+        None
+    };
     r.tagged_fields("ApiVersionsRequest")?;
-    Ok(Some(ClientSoftware { name, version }))
+    Ok(ApiVersionsRequestBody {
+        software: Some(ClientSoftware {
+            name,
+            version: software_version,
+        }),
+        intended,
+    })
 }
 
 /// Kafka's ApiVersionsRequest.isValid: both fields must match
@@ -65,10 +106,17 @@ pub fn unsupported_version_body() -> Bytes {
 }
 
 /// The body of the INVALID_REQUEST answer to a v3+ request whose client software
-/// fields fail the pattern: no API keys, no features.
+/// fields fail the pattern, or a v5 request that names only one of ClusterId and
+/// NodeId: no API keys, no features.
 pub fn invalid_request_body(version: i16) -> Result<Bytes, EncodeError> {
-    let body = ApiVersionsResponse::default().with_error_code(WireRefusal::Malformed.code());
-    encode_body(ApiKey::ApiVersions, version, &body)
+    error_body(version, WireRefusal::Malformed.code())
+}
+
+/// An answer that carries only `code`: no API keys, no features, as a Kafka
+/// broker answers its refusals.
+pub fn error_body(version: i16, code: i16) -> Result<Bytes, EncodeError> {
+    let body = ApiVersionsResponse::default().with_error_code(code);
+    encode_body(ApiKey::ApiVersions, answer_layout(version), &body)
 }
 
 /// One API key's version range as advertised.
@@ -139,7 +187,7 @@ pub fn body_with_view(
             body.unknown_tagged_fields.insert(*tag, value.clone());
         }
     }
-    encode_body(ApiKey::ApiVersions, version, &body)
+    encode_body(ApiKey::ApiVersions, answer_layout(version), &body)
 }
 
 /// The feature view a v3+ answer of `version` carries: finalized levels as
@@ -386,9 +434,30 @@ mod tests {
             vec![ApiRange {
                 api_key: 18,
                 min: 0,
-                max: 4
+                max: 5
             }]
         );
+    }
+
+    #[test]
+    fn v5_requests_name_the_node_they_mean_to_reach() {
+        let mut body = Vec::new();
+        crate::protocol::wire::put_compact_string(&mut body, "app");
+        crate::protocol::wire::put_compact_string(&mut body, "1");
+        crate::protocol::wire::put_compact_string(&mut body, "cluster-a");
+        body.extend_from_slice(&3i32.to_be_bytes());
+        body.push(0);
+        let parsed = parse_request(5, &body).unwrap();
+        assert_eq!(
+            parsed.intended,
+            Some(IntendedNode {
+                cluster_id: Some("cluster-a".into()),
+                node_id: 3
+            })
+        );
+        // The same bytes at v4 end after the software fields.
+        assert!(parse_request(4, &body).is_err());
+        assert!(parse_request(5, &body[..body.len() - 3]).is_err());
     }
 
     #[test]

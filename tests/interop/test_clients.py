@@ -436,7 +436,7 @@ def test_franz_go_probe_kshim_draft_tags_on(go_probe, kshim_features):
     assert out["cluster_id"] == cluster_id_of(kshim_features)
     assert out["topics"] == [{"name": "kshim-nope",
                               "error": "UNKNOWN_TOPIC_OR_PARTITION: This server does not host this topic-partition."}]
-    assert out["api_versions_version"] == 4  # franz-go asks v5 first, then v4 after UNSUPPORTED_VERSION
+    assert out["api_versions_version"] == 5  # franz-go asks v5 first, which kshim speaks (KIP-1242)
     assert {f["name"]: f["level"] for f in out["finalized_features"]} == finalized_expected()
     wire = kafka_env.api_versions(kshim_features.bootstrap)
     assert {f["epoch"] for f in out["finalized_features"]} == {wire.finalized_epoch}
@@ -496,13 +496,8 @@ def test_replay_client_apiversions_request(kshim_features, entry):
     resp = roundtrip(kshim_features.bootstrap, frame)
     (corr, err) = struct.unpack_from(">ih", resp, 0)
     assert corr == entry["correlation_id"]
-    if entry["api_version"] > 4:
-        # Answered as Kafka 4.1.1 answers it (captured): v0 body, UNSUPPORTED_VERSION,
-        # only ApiVersions' own range.
-        real = (FIXTURES / "apiversions-v0-resp-unsupported-to-v5-kafka-4.1.1.bin").read_bytes()[4:]
-        assert err == 35
-        assert resp[4:] == real[4:], resp.hex()
-        return
+    # v5 requests (Java 4.4, franz-go) are answered as Kafka 4.4 answers them: they
+    # name no node (ClusterId null, NodeId -1), so in full.
     assert err == 0
     if entry["api_version"] >= 3:
         n, pos = read_uvarint(resp, 6)
@@ -514,7 +509,7 @@ def test_replay_client_apiversions_request(kshim_features, entry):
     else:
         (n,) = struct.unpack_from(">i", resp, 6)
         keys = {k: (lo, hi) for k, lo, hi in (struct.unpack_from(">hhh", resp, 10 + 6 * i) for i in range(n))}
-    assert keys[18] == (0, 4)
+    assert keys[18] == (0, 5)
     assert keys[57] == (0, 2)
     assert keys[3][1] >= 12
     assert keys[60][0] == 0

@@ -1,9 +1,10 @@
 """kshim in front of a newer Kafka release than the suite's 4.1.1: a Kafka 4.4.0 node.
 
 What kshim's ApiVersions offers is the broker's own table, apart from a short list of
-deliberate differences, each with its reason; and an API that kshim's Kafka library does
-not know (StreamsGroupDescribe, key 89, from Kafka 4.1 on) goes through kshim to the
-broker and back, byte for byte.
+deliberate differences, each with its reason; ApiVersions v5 (KIP-1242) gets from kshim
+the answer the broker gives for every combination of ClusterId and NodeId; and an API
+that kshim's Kafka library does not know (StreamsGroupDescribe, key 89, from Kafka 4.1
+on) goes through kshim to the broker and back, byte for byte.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ RELEASE = "4.4.0"
 
 # key -> (kshim's range, why it differs from the broker's). Everything else must be equal.
 DIFFERENCES = {
-    # kshim answers ApiVersions itself, at the versions it speaks (v5: KIP-1242, to come).
-    18: ((0, 4), "kshim answers ApiVersions itself, up to v4"),
     # kshim answers UpdateFeatures itself.
     57: ((0, 2), "kshim answers UpdateFeatures itself"),
     # The broker's v2 layouts of these carry NodeEndpoints kshim does not rewrite yet.
@@ -82,3 +81,47 @@ def test_an_api_newer_than_kshims_library_goes_through(broker, proxy):
     assert direct[0] == 7 and through[0] == 8
     assert direct[1:] == through[1:], f"broker {direct}, through kshim {through}"
     assert direct[1] != 0, "a group that does not exist is an error"
+
+
+def api_versions_v5(cluster_id: str | None, node_id: int, correlation_id: int = 1) -> bytes:
+    """ApiVersions v5: the client software fields, then ClusterId and NodeId (KIP-1242)."""
+    client_id = b"kshim-interop"
+    header = struct.pack(">hhih", 18, 5, correlation_id, len(client_id)) + client_id + b"\x00"
+    body = ke.encode_compact_string("kshim-interop") + ke.encode_compact_string("1")
+    body += b"\x00" if cluster_id is None else ke.encode_compact_string(cluster_id)
+    return header + body + struct.pack(">i", node_id) + b"\x00"
+
+
+def v5_answer(bootstrap: str, cluster_id: str | None, node_id: int) -> tuple[int, int]:
+    """The error code and the number of API keys of the answer."""
+    frame = ke.exchange(bootstrap, api_versions_v5(cluster_id, node_id), 10)
+    (error_code,) = struct.unpack_from(">h", frame, 4)
+    count, _ = ke._uvarint(frame, 6)
+    return error_code, count - 1
+
+
+def test_api_versions_v5_is_answered_as_the_4_4_broker_answers(broker, proxy):
+    """kshim's listener for node 1 against node 1 itself: the same cluster id, the same node."""
+    listeners = ke.wait_until(lambda: ke.metadata_brokers(proxy.bootstrap), 10)
+    node_id, host, port = listeners[0]
+    through = f"{host}:{port}"
+    cluster = broker.cluster_id
+    cases = {
+        "names no node": (None, -1),
+        "names only the cluster": (cluster, -1),
+        "names only the node": (None, node_id),
+        "names this node": (cluster, node_id),
+        "names another cluster": ("AAAAAAAAAAAAAAAAAAAAAA", node_id),
+        "names another node": (cluster, node_id + 7),
+    }
+    seen = {}
+    for case, (cluster_id, node) in cases.items():
+        direct = v5_answer(broker.bootstrap, cluster_id, node)
+        ours = v5_answer(through, cluster_id, node)
+        seen[case] = direct[0]
+        # The broker lists its APIs, kshim its own table: compare the error and
+        # whether a table came at all.
+        assert (ours[0], ours[1] > 0) == (direct[0], direct[1] > 0), f"{case}: broker {direct}, kshim {ours}"
+    # INVALID_REQUEST for half an identity, REBOOTSTRAP_REQUIRED for another one.
+    assert seen == {"names no node": 0, "names only the cluster": 42, "names only the node": 42,
+                    "names this node": 0, "names another cluster": 129, "names another node": 129}
