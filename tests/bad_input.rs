@@ -76,7 +76,8 @@ impl Running {
             .api_versions()
             .await
             .expect("ApiVersions is answered");
-        assert_eq!(version, api_versions::MAX_VERSION);
+        // kshim's own client asks at v4 (it names no node, so v5 adds nothing).
+        assert_eq!(version, 4);
         assert_eq!(answer.error_code, errors::NONE);
         assert!(answer
             .apis

@@ -144,8 +144,10 @@ fn bodies(body: &[u8], pattern: u8) {
         let _ = requests::metadata(version, body);
     }
     for version in 0..=api_versions::MAX_VERSION + 1 {
-        if let Ok(Some(software)) = api_versions::parse_request(version, body) {
-            let _ = api_versions::is_valid_client_software(&software);
+        if let Ok(parsed) = api_versions::parse_request(version, body) {
+            if let Some(software) = &parsed.software {
+                let _ = api_versions::is_valid_client_software(software);
+            }
         }
         let _ = api_versions::decode_response(version, body);
     }
