@@ -21,9 +21,6 @@ RELEASE = "4.4.0"
 DIFFERENCES = {
     # kshim answers UpdateFeatures itself.
     57: ((0, 2), "kshim answers UpdateFeatures itself"),
-    # The broker's v2 layouts of these carry NodeEndpoints kshim does not rewrite yet.
-    78: ((1, 1), "ShareFetch v2 responses name brokers kshim cannot yet rewrite"),
-    79: ((1, 1), "ShareAcknowledge v2 responses name brokers kshim cannot yet rewrite"),
     # v2 lists the controllers' listeners, which kshim does not stand in front of.
     55: ((0, 1), "DescribeQuorum v2 lists controller listeners"),
 }

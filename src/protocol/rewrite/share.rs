@@ -1,7 +1,9 @@
-//! ShareFetch (key 78) and ShareAcknowledge (key 79), v1 (KIP-932; v0 was the
+//! ShareFetch (key 78) and ShareAcknowledge (key 79), v1-v2 (KIP-932; v0 was the
 //! early-access layout of Kafka 4.0 and is gone from 4.1). Both end with a plain,
 //! untagged NodeEndpoints array; the walk stops after it and the tagged fields
-//! that follow are copied unread. Records are skipped by length.
+//! that follow are copied unread. Records are skipped by length. v2 (Kafka 4.4,
+//! KIP-1206 and KIP-1222) changed ShareFetch only in its request, and added
+//! AcquisitionLockTimeoutMs to ShareAcknowledge's response.
 
 use super::walk::{Stop, Walk};
 
@@ -45,9 +47,12 @@ pub(super) fn walk_fetch(_version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
     w.node_endpoints()
 }
 
-pub(super) fn walk_acknowledge(_version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
+pub(super) fn walk_acknowledge(version: i16, w: &mut Walk<'_>) -> Result<(), Stop> {
     w.skip(4 + 2, "throttle_time_ms, error_code")?;
     w.string("error_message")?;
+    if version >= 2 {
+        w.skip(4, "acquisition_lock_timeout_ms")?;
+    }
     for _ in 0..w.array(MIN_TOPIC, "responses")? {
         w.skip(16, "topic_id")?;
         for _ in 0..w.array(MIN_ACKNOWLEDGE_PARTITION, "partitions")? {
@@ -274,5 +279,37 @@ mod tests {
             true,
             &[0, 0, 0, 0, 0, 0, 0, 1],
         );
+    }
+
+    /// v2 bodies built from v1 ones (kafka-protocol 0.18 encodes v1 only):
+    /// ShareFetch's is the same, ShareAcknowledge's has AcquisitionLockTimeoutMs
+    /// after ErrorMessage. Each rewrites as its v1 body does.
+    #[test]
+    fn v2_rewrites_as_v1() {
+        let mut rng = rng(82);
+        let book = TestBook::default();
+        for _ in 0..50 {
+            let fetch_v1 = encode(&random_fetch(&mut rng), VERSION);
+            assert_eq!(
+                rewrite_body(ApiKey::ShareFetch, 2, &fetch_v1, &book).unwrap(),
+                rewrite_body(ApiKey::ShareFetch, 1, &fetch_v1, &book).unwrap()
+            );
+            let ack_v1 = encode(
+                &random_acknowledge(&mut rng).with_error_message(None),
+                VERSION,
+            );
+            // throttle time, error code, a null compact string: 7 bytes.
+            let lock_timeout = [0, 0, 0x75, 0x30];
+            let splice = |body: &[u8]| {
+                let mut v2 = body[..7].to_vec();
+                v2.extend_from_slice(&lock_timeout);
+                v2.extend_from_slice(&body[7..]);
+                bytes::Bytes::from(v2)
+            };
+            let ack_v2 = splice(&ack_v1);
+            let v1 = rewrite_body(ApiKey::ShareAcknowledge, 1, &ack_v1, &book).unwrap();
+            let v2 = rewrite_body(ApiKey::ShareAcknowledge, 2, &ack_v2, &book).unwrap();
+            assert_eq!(v2, v1.map(|b| splice(&b)));
+        }
     }
 }
