@@ -23,6 +23,7 @@ pub mod policy;
 pub mod protocol;
 pub mod proxy;
 pub mod reconfig;
+pub mod releases;
 pub mod secret;
 pub mod server;
 pub mod service;

@@ -370,7 +370,7 @@ fn assert_reachable(snapshot: &FeatureSnapshot) {
         );
     }
     assert!(
-        finalized.level(kafka::METADATA_VERSION) >= kafka::METADATA_VERSION_MIN,
+        finalized.level(kafka::METADATA_VERSION) >= kafka::metadata_version_min(),
         "{finalized:?}"
     );
     if finalized.level("eligible.leader.replicas.version") >= 1 {

@@ -8,7 +8,7 @@
 //! builds the single snapshot that ApiVersions reports. Standalone kshim owns
 //! everything.
 
-use super::kafka::{is_kafka_feature, KAFKA_FEATURE_NAMES};
+use super::kafka::{is_kafka_feature, kafka_feature_names};
 use super::{FeatureSnapshot, FinalizedFeatures, SupportedFeatures};
 
 /// The upstream's feature state as kshim last saw it.
@@ -91,7 +91,7 @@ impl Ownership {
         if !self.in_front {
             return Vec::new();
         }
-        KAFKA_FEATURE_NAMES
+        kafka_feature_names()
             .iter()
             .copied()
             .filter(|name| self.claims(name))

@@ -7,8 +7,8 @@
 //! request and nothing applies.
 
 use super::kafka::{
-    metadata_changed_between, KRAFT_VERSION, METADATA_VERSION, METADATA_VERSIONS,
-    METADATA_VERSION_MIN,
+    metadata_changed_between, metadata_version_min, stable_metadata_versions, KRAFT_VERSION,
+    METADATA_VERSION,
 };
 use super::{Dependencies, FinalizedFeatures, SupportedFeatures};
 use std::collections::{BTreeMap, HashSet};
@@ -270,13 +270,14 @@ fn check_metadata_version(
     level: i16,
     upgrade_type: UpgradeType,
 ) -> Result<(), UpdateRejection> {
-    let highest = METADATA_VERSIONS
+    let lowest = metadata_version_min();
+    let highest = stable_metadata_versions()
         .last()
-        .map_or(METADATA_VERSION_MIN, |(l, _, _)| *l);
-    if !(METADATA_VERSION_MIN..=highest).contains(&level) {
+        .map_or(lowest, |m| m.level);
+    if !(lowest..=highest).contains(&level) {
         return Err(invalid_metadata_version(
             level,
-            &format!("Valid versions are from {METADATA_VERSION_MIN} to {highest}."),
+            &format!("Valid versions are from {lowest} to {highest}."),
         ));
     }
     if level < current && metadata_changed_between(level, current) {

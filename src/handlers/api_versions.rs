@@ -135,7 +135,7 @@ fn build(apis: Arc<Vec<ApiRange>>, snapshot: Arc<FeatureSnapshot>) -> Result<Ans
 /// Versions whose responses name brokers kshim cannot rewrite are left out
 /// (`forward::forwardable_versions`).
 pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
-    let release = crate::protocol::release::newest();
+    let release = crate::releases::newest();
     let mut out: Vec<ApiRange> = upstream
         .iter()
         .filter_map(|r| {

@@ -7,7 +7,8 @@
 
 use super::Action;
 use crate::protocol::rewrite::rewritable_versions;
-use crate::protocol::{api_name, release, requests, CodecError, HeaderPeek};
+use crate::protocol::{api_name, requests, CodecError, HeaderPeek};
+use crate::releases as release;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 

@@ -185,11 +185,7 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Acti
     let Some(api) = peek.known_api_key() else {
         // An API newer than kshim's Kafka library: forwarded when the newest
         // release kshim has data for defines it (its ApiVersions offers no other).
-        if ctx.upstream.is_some()
-            && crate::protocol::release::newest()
-                .api(peek.api_key)
-                .is_some()
-        {
+        if ctx.upstream.is_some() && crate::releases::newest().api(peek.api_key).is_some() {
             return forward::plan(peek, request.frame);
         }
         return Action::Close(format!("unknown API key {}", peek.api_key));

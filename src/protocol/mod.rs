@@ -13,7 +13,7 @@ pub mod errors;
 pub mod frame;
 pub mod header;
 pub mod records;
-pub mod release;
+
 pub mod requests;
 pub mod response;
 pub mod results;
@@ -29,7 +29,7 @@ pub use wire::{CodecError, Reader};
 pub fn api_name(key: i16) -> String {
     match kafka_protocol::messages::ApiKey::try_from(key) {
         Ok(api) => format!("{api:?}"),
-        Err(_) => release::newest()
+        Err(_) => crate::releases::newest()
             .api(key)
             .map_or_else(|| format!("Unknown{key}"), |a| a.name.clone()),
     }

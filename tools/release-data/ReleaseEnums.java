@@ -37,6 +37,11 @@ public class ReleaseEnums {
         out.append("  \"latest_production_metadata_version\": ").append(call(latestProduction, "featureLevel")).append(",\n");
 
         Class<?> featureClass = Class.forName(PKG + "Feature");
+        List<String> allNames = new ArrayList<>();
+        for (Object f : featureClass.getEnumConstants()) {
+            allNames.add(quote((String) call(f, "featureName")));
+        }
+        out.append("  \"all_feature_names\": [").append(String.join(", ", allNames)).append("],\n");
         List<String> features = new ArrayList<>();
         Object production = staticField(featureClass, "PRODUCTION_FEATURES");
         for (Object f : featureClass.getEnumConstants()) {

@@ -445,9 +445,8 @@ fn release_or_metadata(
 
 fn release_level(name: &str) -> Result<i16> {
     any_metadata_version_level(name).with_context(|| {
-        let stable: Vec<&str> = kafka::METADATA_VERSIONS
-            .iter()
-            .map(|(_, n, _)| *n)
+        let stable: Vec<&str> = kafka::stable_metadata_versions()
+            .map(|m| m.name.as_str())
             .collect();
         format!(
             "Unknown metadata.version {name}. Supported metadata.version are {}",
@@ -458,7 +457,7 @@ fn release_level(name: &str) -> Result<i16> {
 
 /// The levels of the latest stable Kafka release this tool knows.
 fn latest_release_levels() -> BTreeMap<&'static str, i16> {
-    kafka::release_levels(kafka::METADATA_VERSION_LATEST_PRODUCTION)
+    kafka::release_levels(kafka::metadata_version_latest_production())
         .into_iter()
         .collect()
 }

@@ -14,15 +14,15 @@ use serde_json::{json, Map, Value};
 pub(super) fn version_mapping(release: Option<&str>, output: Output) -> Result<u8> {
     let (name, level) = match release {
         None => {
-            let level = kafka::METADATA_VERSION_LATEST_PRODUCTION;
+            let level = kafka::metadata_version_latest_production();
             (metadata_version_name(level).unwrap_or_default(), level)
         }
         Some(name) => match any_metadata_version_level(name) {
             Some(level) => (name, level),
             None => bail!(
                 "Unknown release version '{name}'. Supported versions are: {} to {}",
-                metadata_version_name(kafka::METADATA_VERSION_MIN).unwrap_or_default(),
-                metadata_version_name(kafka::METADATA_VERSION_LATEST_PRODUCTION)
+                metadata_version_name(kafka::metadata_version_min()).unwrap_or_default(),
+                metadata_version_name(kafka::metadata_version_latest_production())
                     .unwrap_or_default()
             ),
         },

@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn versions_are_those_the_newest_release_defines() {
-        let release = crate::protocol::release::newest();
+        let release = crate::releases::newest();
         for api in REWRITTEN {
             let defined = release.api(api as i16).unwrap();
             assert_eq!(
@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn every_broker_api_whose_responses_name_brokers_is_walked() {
-        let release = crate::protocol::release::newest();
+        let release = crate::releases::newest();
         for defined in &release.apis {
             let Some((first, last)) = defined.broker_address_versions() else {
                 continue;

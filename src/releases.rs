@@ -1,10 +1,57 @@
 //! What each Apache Kafka release defines, as kshim needs it: the data in
 //! `data/kafka/<major.minor>.json`, generated from the release's own jars by
 //! `tools/release-data` and checked against them by
-//! `tests/interop/test_release_data.py`. Nothing here is typed by hand.
+//! `tests/interop/test_release_data.py`. Nothing here is typed by hand. The
+//! lowest layer: it imports nothing from the crate.
 
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
+
+/// One metadata.version level.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MetadataVersionDefinition {
+    pub level: i16,
+    /// The release name, such as "4.1-IV1".
+    pub name: String,
+    /// Whether the release ships it as stable.
+    pub production: bool,
+    /// Whether the level changed the metadata format: a downgrade across it
+    /// loses information.
+    pub metadata_changed: bool,
+}
+
+/// One level of a feature.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FeatureLevel {
+    pub level: i16,
+    /// The metadata.version this level needs to be bootstrapped with.
+    pub bootstrap_metadata_version: i16,
+    /// Feature name -> the lowest level of it this level needs.
+    pub dependencies: BTreeMap<String, i16>,
+}
+
+/// One production feature other than metadata.version.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FeatureDefinition {
+    pub name: String,
+    pub minimum_production: i16,
+    pub latest_production: i16,
+    pub latest_testing: i16,
+    pub levels: Vec<FeatureLevel>,
+    /// metadata.version level (as text) -> this feature's default level for
+    /// it (what `kafka-features.sh version-mapping` prints).
+    pub default_level_by_metadata_version: BTreeMap<String, i16>,
+}
+
+impl FeatureDefinition {
+    /// The default level for a metadata.version level the release defines.
+    pub fn default_level(&self, metadata_version: i16) -> Option<i16> {
+        self.default_level_by_metadata_version
+            .get(&metadata_version.to_string())
+            .copied()
+    }
+}
 
 /// One API key as a release defines it.
 #[derive(Debug, Clone, Deserialize)]
@@ -51,6 +98,15 @@ pub struct Release {
     /// The release the data was generated from, such as "4.4.0".
     pub release: String,
     pub apis: Vec<ApiDefinition>,
+    /// Every metadata.version level, oldest first, stable or not.
+    pub metadata_versions: Vec<MetadataVersionDefinition>,
+    pub minimum_metadata_version: i16,
+    pub latest_production_metadata_version: i16,
+    /// The production features other than metadata.version, in the order
+    /// Kafka's tools print them.
+    pub features: Vec<FeatureDefinition>,
+    /// Every feature name the release defines, test features included.
+    pub all_feature_names: Vec<String>,
 }
 
 impl Release {
@@ -64,14 +120,27 @@ impl Release {
     pub fn api(&self, key: i16) -> Option<&ApiDefinition> {
         self.apis.iter().find(|a| a.key == key)
     }
+
+    pub fn feature(&self, name: &str) -> Option<&FeatureDefinition> {
+        self.features.iter().find(|f| f.name == name)
+    }
+
+    pub fn metadata_version(&self, level: i16) -> Option<&MetadataVersionDefinition> {
+        self.metadata_versions.iter().find(|m| m.level == level)
+    }
+}
+
+/// The data of a release by its major.minor ("4.1").
+pub fn release(minor: &str) -> Option<&'static Release> {
+    releases().iter().find(|r| r.minor() == minor)
 }
 
 const DATA: [&str; 5] = [
-    include_str!("../../data/kafka/4.0.json"),
-    include_str!("../../data/kafka/4.1.json"),
-    include_str!("../../data/kafka/4.2.json"),
-    include_str!("../../data/kafka/4.3.json"),
-    include_str!("../../data/kafka/4.4.json"),
+    include_str!("../data/kafka/4.0.json"),
+    include_str!("../data/kafka/4.1.json"),
+    include_str!("../data/kafka/4.2.json"),
+    include_str!("../data/kafka/4.3.json"),
+    include_str!("../data/kafka/4.4.json"),
 ];
 
 /// Every release kshim has data for, oldest first.
