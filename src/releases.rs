@@ -117,8 +117,13 @@ impl Release {
             .map_or(self.release.as_str(), |(minor, _)| minor)
     }
 
+    /// Looked up for every forwarded request: the generator writes the APIs
+    /// sorted by key (checked below), so this is a binary search.
     pub fn api(&self, key: i16) -> Option<&ApiDefinition> {
-        self.apis.iter().find(|a| a.key == key)
+        self.apis
+            .binary_search_by_key(&key, |a| a.key)
+            .ok()
+            .map(|i| &self.apis[i])
     }
 
     pub fn feature(&self, name: &str) -> Option<&FeatureDefinition> {
@@ -170,6 +175,13 @@ mod tests {
         let minors: Vec<&str> = releases().iter().map(Release::minor).collect();
         assert_eq!(minors, ["4.0", "4.1", "4.2", "4.3", "4.4"]);
         assert_eq!(newest().minor(), "4.4");
+        for release in releases() {
+            assert!(
+                release.apis.windows(2).all(|w| w[0].key < w[1].key),
+                "{}: APIs sorted by key",
+                release.release
+            );
+        }
     }
 
     #[test]

@@ -287,11 +287,18 @@ def exchange(bootstrap: str, frame: bytes, timeout: float) -> bytes:
 
 
 def api_versions_request(version: int = 3, software: tuple[str, str] = ("kshim-interop", "0"),
-                         correlation_id: int = 1) -> bytes:
-    """An ApiVersions v3/v4 request frame (without its size) naming `software`."""
+                         correlation_id: int = 1,
+                         intended: tuple[str | None, int] = (None, -1)) -> bytes:
+    """An ApiVersions v3-v5 request frame (without its size) naming `software`; v5 also
+    names the (ClusterId, NodeId) the client means to reach (KIP-1242)."""
     client_id = b"kshim-interop"
     header = struct.pack(">hhih", 18, version, correlation_id, len(client_id)) + client_id + b"\x00"
-    return header + encode_compact_string(software[0]) + encode_compact_string(software[1]) + b"\x00"
+    body = encode_compact_string(software[0]) + encode_compact_string(software[1])
+    if version >= 5:
+        cluster_id, node_id = intended
+        body += b"\x00" if cluster_id is None else encode_compact_string(cluster_id)
+        body += struct.pack(">i", node_id)
+    return header + body + b"\x00"
 
 
 def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3,

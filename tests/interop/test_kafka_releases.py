@@ -80,18 +80,9 @@ def test_an_api_newer_than_kshims_library_goes_through(broker, proxy):
     assert direct[1] != 0, "a group that does not exist is an error"
 
 
-def api_versions_v5(cluster_id: str | None, node_id: int, correlation_id: int = 1) -> bytes:
-    """ApiVersions v5: the client software fields, then ClusterId and NodeId (KIP-1242)."""
-    client_id = b"kshim-interop"
-    header = struct.pack(">hhih", 18, 5, correlation_id, len(client_id)) + client_id + b"\x00"
-    body = ke.encode_compact_string("kshim-interop") + ke.encode_compact_string("1")
-    body += b"\x00" if cluster_id is None else ke.encode_compact_string(cluster_id)
-    return header + body + struct.pack(">i", node_id) + b"\x00"
-
-
 def v5_answer(bootstrap: str, cluster_id: str | None, node_id: int) -> tuple[int, int]:
     """The error code and the number of API keys of the answer."""
-    frame = ke.exchange(bootstrap, api_versions_v5(cluster_id, node_id), 10)
+    frame = ke.exchange(bootstrap, ke.api_versions_request(5, intended=(cluster_id, node_id)), 10)
     (error_code,) = struct.unpack_from(">h", frame, 4)
     count, _ = ke._uvarint(frame, 6)
     return error_code, count - 1
