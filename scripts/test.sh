@@ -6,9 +6,12 @@
 #     2. the shared Kafka brokers start in the background (tests/interop/brokers.py), while
 #     3. cargo test --no-run      builds kshim, its examples and the tests
 #     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
-#     5. scripts/fuzz.sh          (builds the cargo-fuzz targets, runs each 5 s from its seeds)
+#     5. scripts/fuzz.sh          (builds the cargo-fuzz targets, runs each 5 s from its seeds), at
+#                                 the lowest CPU priority beside step 6, whose tests mostly wait on
+#                                 brokers and client JVMs; its output goes to build/test-times/fuzz.log
+#                                 and is printed when it ends
 #     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front),
-#                                 then the tests marked `alone`
+#                                 then, once the fuzzing has ended, the tests marked `alone`
 #   scripts/test.sh --quick    for every small change, a few minutes: steps 3 and 4, then the
 #                              interop tests that need no Kafka broker
 #
@@ -39,6 +42,7 @@ MODULES="$TIMES_DIR/interop-modules.tsv"
 MODULES_ALONE="$TIMES_DIR/interop-modules-alone.tsv"
 RUN_STARTED=$SECONDS
 POOL_PID=""
+FUZZ_PID=""
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -63,6 +67,10 @@ pytest_may_select_none() {
 
 summary() {
   local rc=$?
+  if [ -n "$FUZZ_PID" ] && kill -0 "$FUZZ_PID" 2>/dev/null; then
+    kill -TERM -- "-$FUZZ_PID" 2>/dev/null || kill -TERM "$FUZZ_PID" 2>/dev/null || true
+    wait "$FUZZ_PID" 2>/dev/null || true
+  fi
   if [ -n "$POOL_PID" ] && kill -0 "$POOL_PID" 2>/dev/null; then
     kill -TERM "$POOL_PID" 2>/dev/null || true
     wait "$POOL_PID" 2>/dev/null || true
@@ -108,11 +116,28 @@ if [ $QUICK -eq 1 ]; then
   exit 0
 fi
 
-stage "coverage-guided fuzzing, 5 s per target" \
-  env FUZZ_SECONDS=5 timeout 1200 bash scripts/fuzz.sh
+# The fuzzing runs in its own process group (set -m), so that the summary can stop all of it.
+FUZZ_LOG="$TIMES_DIR/fuzz.log"
+FUZZ_STAGE="coverage-guided fuzzing, 5 s per target (beside the interop tests)"
+step "$FUZZ_STAGE: started in the background (log: build/test-times/fuzz.log)"
+fuzz_started=$SECONDS
+set -m
+env FUZZ_SECONDS=5 timeout 1200 nice -n 19 bash scripts/fuzz.sh >"$FUZZ_LOG" 2>&1 &
+FUZZ_PID=$!
+set +m
+
 stage "interop tests against Apache Kafka and real clients" \
   timeout 2400 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra $PARALLEL \
   -m "not alone" --module-times "$MODULES" "$@"
+
+step "$FUZZ_STAGE: waiting for it to end"
+fuzz_rc=0
+wait "$FUZZ_PID" || fuzz_rc=$?
+FUZZ_PID=""
+cat "$FUZZ_LOG"
+printf '%s\t%s\t%s\n' "$FUZZ_STAGE" "$((SECONDS - fuzz_started))" \
+  "$([ $fuzz_rc -eq 0 ] && echo ok || echo "FAILED ($fuzz_rc)")" >>"$STAGES"
+[ $fuzz_rc -eq 0 ] || exit $fuzz_rc
 stage "interop tests that must run alone" \
   pytest_may_select_none timeout 1200 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra \
   -m alone --module-times "$MODULES_ALONE" "$@"

@@ -569,7 +569,7 @@ def test_a_killed_writer_leaves_nothing_half_visible(kafka, kshim_factory, membe
         kind = UPGRADE if target > level else SAFE_DOWNGRADE
         threading.Thread(target=lambda: _ignore(lambda: update_features(z.bootstrap, target, kind)),
                          daemon=True).start()
-        assert wait_until(lambda: "pausing" in z.log_text(), 10)
+        assert wait_until(lambda: "pausing" in z.log_text(), 30), "kshim-z2 never reached its commit"
         os.kill(z.pid, signal.SIGKILL)
         z.proc.wait(10)
         # Its open transaction is aborted by the coordinator once the transaction timeout has
