@@ -135,7 +135,7 @@ pub(crate) fn open_controller(
             cluster_id: config.cluster_id.clone(),
             supported: config.supported_features(),
             bootstrap: config.bootstrap.clone(),
-            dependencies: config.effective_dependencies(),
+            rules: config.update_rules(),
             ownership,
             cluster,
         },

@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kshim::config::Config;
+use kshim::features::kafka::KafkaRelease;
 use kshim::handlers::api_versions::Discovery;
 use kshim::handlers::{dispatch, Action, Context, Peer, ANONYMOUS};
 use kshim::protocol::api_versions::{self, ApiRange};
@@ -442,6 +443,7 @@ async fn standalone(
         listen: "127.0.0.1:0".into(),
         data_dir: dir.path().to_owned(),
         draft_tags,
+        kafka_release: KafkaRelease::named("4.1").unwrap(),
         bootstrap: Some(levels),
         ..Config::default()
     };

@@ -370,7 +370,8 @@ fn assert_reachable(snapshot: &FeatureSnapshot) {
         );
     }
     assert!(
-        finalized.level(kafka::METADATA_VERSION) >= kafka::metadata_version_min(),
+        finalized.level(kafka::METADATA_VERSION)
+            >= kafka::KafkaRelease::newest().metadata_version_min(),
         "{finalized:?}"
     );
     if finalized.level("eligible.leader.replicas.version") >= 1 {

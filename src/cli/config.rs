@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Context as _, Result};
 use kshim::config::{Config, ConfigSource};
-use kshim::features::kafka::{metadata_version_level, METADATA_VERSION};
+use kshim::features::kafka::METADATA_VERSION;
 use kshim::policy::properties;
 use kshim::tls::{ClientTlsMaterial, TlsMaterial};
 use std::collections::BTreeMap;
@@ -127,9 +127,12 @@ fn check(args: CheckArgs) -> Result<u8> {
         let level: i16 = match level.parse::<i16>() {
             Ok(l) if l >= 0 => l,
             // metadata.version may be named by release, as kafka-storage takes it.
-            _ if name == METADATA_VERSION => metadata_version_level(level).with_context(|| {
-                format!("--feature {f}: not a level or a metadata.version such as 4.1-IV0")
-            })?,
+            _ if name == METADATA_VERSION => config
+                .kafka_release
+                .metadata_version_level(level)
+                .with_context(|| {
+                    format!("--feature {f}: not a level or a metadata.version such as 4.1-IV0")
+                })?,
             _ => bail!("--feature {f}: the level must be an integer from 0 to 32767"),
         };
         levels.insert(name.to_owned(), level);

@@ -4,6 +4,7 @@
 
 use anyhow::{Context as _, Result};
 use kshim::config::{CliOverrides, ConfigSource};
+use kshim::features::kafka::KafkaRelease;
 use kshim::reconfig::Registry;
 use kshim::service::{LogControl, Service};
 use std::path::PathBuf;
@@ -28,6 +29,19 @@ pub struct ServeArgs {
     /// brokers (overrides upstream.bootstrap).
     #[arg(long)]
     upstream: Option<String>,
+    /// The Apache Kafka release a standalone kshim presents, such as 4.1
+    /// (overrides kafka_release; default: the newest kshim has data for).
+    #[arg(long, value_parser = parse_kafka_release)]
+    kafka_release: Option<KafkaRelease>,
+}
+
+fn parse_kafka_release(text: &str) -> Result<KafkaRelease, String> {
+    KafkaRelease::named(text).ok_or_else(|| {
+        format!(
+            "not a Kafka release kshim has data for ({})",
+            KafkaRelease::known()
+        )
+    })
 }
 
 impl ServeArgs {
@@ -54,6 +68,7 @@ pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
             advertised_listener: args.advertised_listener,
             data_dir: args.data_dir,
             upstream: args.upstream,
+            kafka_release: args.kafka_release,
         },
     };
     let service = Service::start(source, Some(log))
@@ -79,7 +94,8 @@ pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
             cluster_id = controller.cluster_id(),
             epoch = controller.snapshot().finalized.epoch,
             data_dir = %config.data_dir.display(),
-            "kshim standalone discovery server listening on {}, advertised as {}:{}",
+            "kshim standalone discovery server, as Kafka {}, listening on {}, advertised as {}:{}",
+            config.kafka_release,
             service.local_addr,
             service.context.node.host,
             service.context.node.port

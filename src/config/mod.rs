@@ -30,7 +30,8 @@ use walk::{
     check_host_port, host_of, is_wildcard, level, per_ip_overrides, string_list, walker, Walker,
 };
 
-use crate::features::{kafka, Dependencies, SupportedFeatures};
+use crate::features::kafka::KafkaRelease;
+use crate::features::{Dependencies, SupportedFeatures, UpdateRules};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
@@ -59,7 +60,10 @@ pub struct Config {
     /// admin API and kshim's own upstream connections.
     pub descriptor_reserve: usize,
     pub draft_tags: bool,
-    /// `None`: Kafka 4.1's own features.
+    /// The Apache Kafka release a standalone kshim presents: its features,
+    /// metadata.version names and rules, and what a first start finalizes.
+    pub kafka_release: KafkaRelease,
+    /// `None`: the features of `kafka_release`.
     pub supported: Option<SupportedFeatures>,
     pub bootstrap: Option<BTreeMap<String, i16>>,
     /// Declared rules; they replace Kafka's default rules for the features they name.
@@ -160,6 +164,7 @@ impl Default for Config {
             max_queued_request_bytes: crate::server::default_queued_request_bytes(),
             descriptor_reserve: 256,
             draft_tags: true,
+            kafka_release: KafkaRelease::newest(),
             supported: None,
             bootstrap: None,
             dependencies: Dependencies::default(),
@@ -231,6 +236,18 @@ impl Config {
             }
             if let Some(v) = top.int::<usize>("descriptor_reserve", "a count of descriptors") {
                 c.descriptor_reserve = v;
+            }
+            if let Some(v) = top.string("kafka_release") {
+                match KafkaRelease::named(&v) {
+                    Some(release) => c.kafka_release = release,
+                    None => top.errors.push(ConfigError::new(
+                        "kafka_release",
+                        format!(
+                            "\"{v}\" is not a Kafka release kshim has data for ({})",
+                            KafkaRelease::known()
+                        ),
+                    )),
+                }
             }
             let discovery = top.table("discovery");
             let features = top.table("features");
@@ -538,7 +555,7 @@ impl Config {
     pub fn supported_features(&self) -> SupportedFeatures {
         self.supported
             .clone()
-            .unwrap_or_else(kafka::supported_features)
+            .unwrap_or_else(|| self.kafka_release.supported_features())
     }
 
     /// Kafka's own dependency rules for the supported features it knows, with the
@@ -546,12 +563,20 @@ impl Config {
     pub fn effective_dependencies(&self) -> Dependencies {
         let supported = self.supported_features();
         let mut defaults = Dependencies::default();
-        for (f, level, req) in kafka::dependencies().iter() {
+        for (f, level, req) in self.kafka_release.dependencies().iter() {
             if supported.contains_key(f) && supported.contains_key(&req.feature) {
                 defaults.add(f, level, req.clone());
             }
         }
         defaults.overridden_by(self.dependencies.clone())
+    }
+
+    /// The rules an UpdateFeatures request is decided by.
+    pub fn update_rules(&self) -> UpdateRules {
+        UpdateRules {
+            release: self.kafka_release,
+            dependencies: self.effective_dependencies(),
+        }
     }
 }
 

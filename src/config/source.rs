@@ -15,6 +15,7 @@ pub struct CliOverrides {
     pub data_dir: Option<PathBuf>,
     /// HOST:PORT[,HOST:PORT...] of upstream brokers.
     pub upstream: Option<String>,
+    pub kafka_release: Option<crate::features::kafka::KafkaRelease>,
 }
 
 impl CliOverrides {
@@ -27,6 +28,9 @@ impl CliOverrides {
         }
         if let Some(v) = &self.data_dir {
             config.data_dir = v.clone();
+        }
+        if let Some(v) = self.kafka_release {
+            config.kafka_release = v;
         }
         if let Some(v) = &self.upstream {
             let upstream = config.upstream.get_or_insert_with(UpstreamConfig::default);

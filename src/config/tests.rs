@@ -174,8 +174,15 @@ fn every_error_is_reported_at_once() {
 #[test]
 fn kafka_defaults_apply_when_nothing_is_configured() {
     let c = Config::from_toml("").unwrap();
-    assert_eq!(c.supported_features(), kafka::supported_features());
-    assert_eq!(c.effective_dependencies(), kafka::dependencies());
+    assert_eq!(c.kafka_release, KafkaRelease::newest());
+    assert_eq!(c.supported_features(), c.kafka_release.supported_features());
+    assert_eq!(c.effective_dependencies(), c.kafka_release.dependencies());
+    let c = Config::from_toml("kafka_release = \"4.1\"").unwrap();
+    assert_eq!(c.supported_features()["metadata.version"].max, 27);
+    let e = Config::from_toml("kafka_release = \"3.9\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kafka_release: \"3.9\" is not a Kafka release kshim has data for (4.0, 4.1, 4.2, 4.3, 4.4)"), "{e}");
     assert!(c.draft_tags);
     assert!(c.alter_cluster.is_none());
 }

@@ -10,10 +10,11 @@
 //! store. Knows no wire format.
 
 use crate::cluster::{ClusterNode, LogError, SharedFeatures, WriterTurn};
+use crate::features::kafka::is_kafka_feature;
 use crate::features::{
-    incompatibilities, merge, plan_update, range_conflicts, Conflict, Dependencies,
-    FeatureSnapshot, FeatureUpdate, FinalizedFeatures, Incompatibility, Mirror, Owner, Ownership,
-    Reason, SupportedFeatures, Supporter, UpdatePlan, UpdateRejection, ViewVerdict,
+    incompatibilities, merge, plan_update, range_conflicts, Conflict, FeatureSnapshot,
+    FeatureUpdate, FinalizedFeatures, Incompatibility, Mirror, Owner, Ownership, Reason,
+    SupportedFeatures, Supporter, UpdatePlan, UpdateRejection, UpdateRules, ViewVerdict,
 };
 use crate::store::{FeatureStore, StoreError, StoredState};
 use arc_swap::ArcSwap;
@@ -53,9 +54,11 @@ pub struct ControllerSettings {
     pub node_id: i32,
     pub cluster_id: Option<String>,
     pub supported: SupportedFeatures,
-    /// Levels to finalize on first start; `None` means every supported max.
+    /// Levels to finalize on first start; `None` means what `kafka-storage
+    /// format` of the presented release finalizes, and every other supported
+    /// feature at its highest level.
     pub bootstrap: Option<BTreeMap<String, i16>>,
-    pub dependencies: Dependencies,
+    pub rules: UpdateRules,
     /// Which features stay kshim's in front of a cluster.
     pub ownership: Ownership,
     /// In a kshim cluster: the shared state every change goes through.
@@ -83,7 +86,7 @@ pub struct FeatureController {
     local: Supporter,
     /// Upstream brokers, each bounding the kshim-owned features it advertises.
     upstream_supporters: ArcSwap<Vec<Supporter>>,
-    dependencies: Dependencies,
+    rules: UpdateRules,
     store: Arc<dyn FeatureStore>,
     /// Kafka's controller handles one UpdateFeatures at a time; so does kshim,
     /// from the audit to the answer. An async mutex: the holder awaits the
@@ -218,7 +221,7 @@ impl FeatureController {
             ownership: settings.ownership,
             local,
             upstream_supporters: ArcSwap::from_pointee(Vec::new()),
-            dependencies: settings.dependencies,
+            rules: settings.rules,
             store,
             section: tokio::sync::Mutex::new(()),
             state: tokio::sync::Mutex::new(OwnState { own, mirror }),
@@ -546,7 +549,7 @@ impl FeatureController {
         let plan = plan_update(
             &current.finalized,
             &section.supporters(),
-            &self.dependencies,
+            &self.rules,
             &updates,
         )?;
         if !validate_only && !plan.changes.is_empty() {
@@ -561,11 +564,22 @@ fn bootstrap_levels(
 ) -> Result<BTreeMap<String, i16>, ControllerError> {
     let levels: BTreeMap<String, i16> = match &settings.bootstrap {
         Some(levels) => levels.clone(),
-        None => settings
-            .supported
-            .iter()
-            .map(|(name, r)| (name.clone(), r.max))
-            .collect(),
+        None => {
+            let format = settings.rules.release.format_levels();
+            settings
+                .supported
+                .iter()
+                .map(|(name, r)| {
+                    let level = match format.get(name) {
+                        Some(&level) if r.contains(level) => level,
+                        // Apache Kafka's features that format leaves at 0 stay there.
+                        None if is_kafka_feature(name) && r.contains(0) => 0,
+                        _ => r.max,
+                    };
+                    (name.clone(), level)
+                })
+                .collect()
+        }
     };
     let mut problems = Vec::new();
     for (name, &level) in &levels {
@@ -577,7 +591,7 @@ fn bootstrap_levels(
             Some(_) => {}
         }
         let proposed = |f: &str| levels.get(f).copied().unwrap_or(0);
-        if let Some(reason) = settings.dependencies.unmet(name, level, &proposed) {
+        if let Some(reason) = settings.rules.dependencies.unmet(name, level, &proposed) {
             problems.push(reason);
         }
     }

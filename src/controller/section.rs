@@ -31,8 +31,8 @@ impl<'a> UpdateSection<'a> {
         self.controller.conflicts()
     }
 
-    pub fn dependencies(&self) -> &Dependencies {
-        &self.controller.dependencies
+    pub fn rules(&self) -> &UpdateRules {
+        &self.controller.rules
     }
 
     pub fn owner(&self, name: &str) -> Owner {

@@ -1,14 +1,20 @@
 use super::*;
-use crate::features::{kafka, SupportedRange, UpgradeType};
+use crate::features::kafka::KafkaRelease;
+use crate::features::{SupportedRange, UpgradeType};
 use crate::store::FileStore;
 
+/// A standalone controller presenting Kafka 4.1.
 fn settings() -> ControllerSettings {
+    let kafka = KafkaRelease::named("4.1").unwrap();
     ControllerSettings {
         node_id: 1,
         cluster_id: None,
-        supported: kafka::supported_features(),
+        supported: kafka.supported_features(),
         bootstrap: None,
-        dependencies: kafka::dependencies(),
+        rules: UpdateRules {
+            release: kafka,
+            dependencies: kafka.dependencies(),
+        },
         ownership: Ownership::standalone(),
         cluster: None,
     }
@@ -69,6 +75,63 @@ async fn refuses_to_start_with_an_incompatible_stored_level() {
         "{err}"
     );
     assert!(err.contains("supports only 0-1"), "{err}");
+}
+
+/// A standalone controller presenting `release`.
+fn settings_of(release: &str) -> ControllerSettings {
+    let kafka = KafkaRelease::named(release).unwrap();
+    ControllerSettings {
+        supported: kafka.supported_features(),
+        rules: UpdateRules {
+            release: kafka,
+            dependencies: kafka.dependencies(),
+        },
+        ..settings()
+    }
+}
+
+#[tokio::test]
+async fn a_first_start_finalizes_what_kafka_storage_format_of_the_release_does() {
+    for release in ["4.0", "4.1", "4.2", "4.3", "4.4"] {
+        let dir = tempfile::tempdir().unwrap();
+        let c = open(dir.path(), settings_of(release)).unwrap();
+        let kafka = KafkaRelease::named(release).unwrap();
+        assert_eq!(
+            c.snapshot().finalized.levels,
+            kafka.format_levels(),
+            "{release}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), settings_of("4.1")).unwrap();
+    assert_eq!(
+        c.snapshot().finalized.level("share.version"),
+        0,
+        "4.1 formats share.version 0"
+    );
+}
+
+#[tokio::test]
+async fn a_newer_release_keeps_the_levels_and_an_older_one_refuses_what_it_cannot_run() {
+    // Upgraded software: the levels stay, the ranges widen.
+    let dir = tempfile::tempdir().unwrap();
+    let before = open(dir.path(), settings_of("4.1")).unwrap().snapshot();
+    let after = open(dir.path(), settings_of("4.4")).unwrap().snapshot();
+    assert_eq!(after.finalized.levels, before.finalized.levels);
+    assert!(after.supported["metadata.version"].max > before.supported["metadata.version"].max);
+    // Downgraded software: a finalized level the older release does not know stops it,
+    // naming the feature, as a Kafka broker refuses to start.
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path(), settings_of("4.4")).unwrap());
+    let err = open(dir.path(), settings_of("4.1"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("feature metadata.version is finalized at level")
+            && err.contains("supports only 7-27"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

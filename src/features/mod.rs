@@ -13,7 +13,7 @@ pub use dependencies::{Dependencies, Requirement};
 pub use ownership::{merge, Mirror, Owner, Ownership, ViewVerdict};
 pub use update::{
     invalid_update, plan_update, FeatureUpdate, Reason, Supporter, UpdatePlan, UpdateRejection,
-    UpgradeType,
+    UpdateRules, UpgradeType,
 };
 
 use std::collections::BTreeMap;
@@ -88,6 +88,11 @@ impl FinalizedFeatures {
 pub struct FeatureSnapshot {
     pub supported: SupportedFeatures,
     pub finalized: FinalizedFeatures,
+    /// In front of a cluster whose features kshim has not seen yet (no broker
+    /// answered since the first start): clients are told epoch -1 and no
+    /// finalized features, as a Kafka 4.4 node that has not loaded its
+    /// metadata tells them (KAFKA-19964), never levels kshim would invent.
+    pub cluster_unknown: bool,
 }
 
 /// A stored level this instance cannot run: the KIP's broker protection.

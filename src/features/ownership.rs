@@ -158,6 +158,7 @@ pub fn merge(
     FeatureSnapshot {
         supported,
         finalized,
+        cluster_unknown: ownership.in_front && mirror.is_none(),
     }
 }
 

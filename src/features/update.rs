@@ -6,10 +6,7 @@
 //! dependencies against the proposed state. The first failure rejects the whole
 //! request and nothing applies.
 
-use super::kafka::{
-    metadata_changed_between, metadata_version_min, stable_metadata_versions, KRAFT_VERSION,
-    METADATA_VERSION,
-};
+use super::kafka::{KafkaRelease, KRAFT_VERSION, METADATA_VERSION};
 use super::{Dependencies, FinalizedFeatures, SupportedFeatures};
 use std::collections::{BTreeMap, HashSet};
 
@@ -152,11 +149,20 @@ pub fn invalid_update(name: &str, level: i16, reason: &str) -> UpdateRejection {
     .for_feature(name)
 }
 
+/// What decides an update besides the state and its supporters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateRules {
+    /// The release whose metadata.version rules apply (the one kshim presents).
+    pub release: KafkaRelease,
+    /// The dependencies between feature levels.
+    pub dependencies: Dependencies,
+}
+
 /// Decides whether `updates` may be applied to `current`.
 pub fn plan_update(
     current: &FinalizedFeatures,
     supporters: &[Supporter],
-    dependencies: &Dependencies,
+    rules: &UpdateRules,
     updates: &[FeatureUpdate],
 ) -> Result<UpdatePlan, UpdateRejection> {
     let mut seen = HashSet::new();
@@ -179,7 +185,7 @@ pub fn plan_update(
 
     let mut changes = BTreeMap::new();
     for u in updates {
-        check_one(current, supporters, dependencies, u, &proposed_level)?;
+        check_one(current, supporters, rules, u, &proposed_level)?;
         if u.level != current.level(&u.name) {
             changes.insert(u.name.clone(), u.level);
         }
@@ -190,7 +196,7 @@ pub fn plan_update(
 fn check_one(
     current: &FinalizedFeatures,
     supporters: &[Supporter],
-    dependencies: &Dependencies,
+    rules: &UpdateRules,
     u: &FeatureUpdate,
     proposed: &dyn Fn(&str) -> i16,
 ) -> Result<(), UpdateRejection> {
@@ -229,7 +235,7 @@ fn check_one(
         ));
     }
     if name == METADATA_VERSION {
-        return check_metadata_version(current_level, level, upgrade_type);
+        return check_metadata_version(rules.release, current_level, level, upgrade_type);
     }
     // kraft.version moves only forward: in Kafka the Raft layer itself upgrades it.
     if name == KRAFT_VERSION && upgrade_type != UpgradeType::Upgrade && level != current_level {
@@ -248,7 +254,7 @@ fn check_one(
             &format!("Feature {name} not found."),
         ));
     }
-    if let Some(reason) = dependencies.unmet(name, level, proposed) {
+    if let Some(reason) = rules.dependencies.unmet(name, level, proposed) {
         return Err(invalid_update(name, level, &reason));
     }
     Ok(())
@@ -266,21 +272,20 @@ fn invalid_metadata_version(level: i16, reason: &str) -> UpdateRejection {
 /// and a downgrade that crosses a format change is refused (4.1 supports no unsafe
 /// metadata downgrade at all).
 fn check_metadata_version(
+    release: KafkaRelease,
     current: i16,
     level: i16,
     upgrade_type: UpgradeType,
 ) -> Result<(), UpdateRejection> {
-    let lowest = metadata_version_min();
-    let highest = stable_metadata_versions()
-        .last()
-        .map_or(lowest, |m| m.level);
+    let lowest = release.metadata_version_min();
+    let highest = release.metadata_version_latest_production();
     if !(lowest..=highest).contains(&level) {
         return Err(invalid_metadata_version(
             level,
             &format!("Valid versions are from {lowest} to {highest}."),
         ));
     }
-    if level < current && metadata_changed_between(level, current) {
+    if level < current && release.metadata_changed_between(level, current) {
         let reason = if upgrade_type == UpgradeType::UnsafeDowngrade {
             "Unsafe metadata downgrade is not supported in this version."
         } else {
@@ -305,9 +310,10 @@ fn reason_not_supported(supporters: &[Supporter], name: &str, level: i16) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::kafka;
 
-    fn kafka_like() -> (FinalizedFeatures, Vec<Supporter>, Dependencies) {
+    /// Kafka 4.1, whose controller the differential test compares with.
+    fn kafka_like() -> (FinalizedFeatures, Vec<Supporter>, UpdateRules) {
+        let kafka = KafkaRelease::named("4.1").unwrap();
         let finalized = FinalizedFeatures {
             epoch: 5,
             levels: [
@@ -319,10 +325,14 @@ mod tests {
         };
         let supporters = vec![Supporter {
             label: "Local controller 1".into(),
-            features: kafka::supported_features(),
+            features: kafka.supported_features(),
             only_listed: false,
         }];
-        (finalized, supporters, kafka::dependencies())
+        let rules = UpdateRules {
+            release: kafka,
+            dependencies: kafka.dependencies(),
+        };
+        (finalized, supporters, rules)
     }
 
     fn upd(name: &str, level: i16, t: UpgradeType) -> FeatureUpdate {

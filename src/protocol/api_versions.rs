@@ -199,6 +199,7 @@ pub fn features_for_version(
     snapshot: &FeatureSnapshot,
     min_zero_filter: bool,
 ) -> DraftFeatures {
+    let known = !snapshot.cluster_unknown;
     DraftFeatures {
         supported: snapshot
             .supported
@@ -206,12 +207,12 @@ pub fn features_for_version(
             .filter(|(_, r)| version >= 4 || r.min > 0 || !min_zero_filter)
             .map(|(name, r)| (name.clone(), (r.min, r.max)))
             .collect(),
-        epoch: snapshot.finalized.epoch,
+        epoch: if known { snapshot.finalized.epoch } else { -1 },
         finalized: snapshot
             .finalized
             .levels
             .iter()
-            .filter(|(_, &level)| level > 0)
+            .filter(|(_, &level)| known && level > 0)
             .map(|(name, &level)| (name.clone(), (level, level)))
             .collect(),
     }
@@ -368,6 +369,7 @@ mod tests {
                 ]
                 .into(),
             },
+            cluster_unknown: false,
         }
     }
 
@@ -393,6 +395,19 @@ mod tests {
             assert_eq!(decoded.features.epoch, 9);
             assert_eq!(decoded.draft.as_ref(), Some(&decoded.features));
         }
+    }
+
+    #[test]
+    fn a_cluster_not_seen_yet_has_epoch_minus_one_and_nothing_finalized() {
+        let unknown = FeatureSnapshot {
+            cluster_unknown: true,
+            ..snapshot()
+        };
+        let body = success_body(4, APIS, &unknown, true).unwrap();
+        let decoded = decode_response(4, &body).unwrap();
+        assert_eq!(decoded.features.epoch, -1);
+        assert!(decoded.features.finalized.is_empty());
+        assert_eq!(decoded.features.supported.len(), 2, "what kshim supports is known");
     }
 
     #[test]

@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 28] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 29] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -112,6 +112,11 @@ pub(super) const RESTART_ONLY: [RestartOnly; 28] = [
         key: Some("discovery"),
         name: "discovery.draft_tags",
         same: |a, b| a.draft_tags == b.draft_tags,
+    },
+    RestartOnly {
+        key: Some("kafka_release"),
+        name: "kafka_release",
+        same: |a, b| a.kafka_release == b.kafka_release,
     },
     RestartOnly {
         key: Some("features"),

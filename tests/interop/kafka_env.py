@@ -540,17 +540,19 @@ def java_command(
     extra_classpath: Iterable[os.PathLike | str] = (),
     jvm_args: Sequence[str] = (),
     log_config: Path = TOOLS_LOG4J,
+    jars: Path | None = None,
 ) -> list[str]:
+    """`jars`: another release's jars (`release_jars`), without the class-data archive."""
     return [
         "java",
-        *cds_args(),
+        *(cds_args() if jars is None else []),
         "-Xmx256m",
         "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1",
         f"-Dlog4j2.configurationFile={log_config}",
         *jvm_args,
         "-cp",
-        classpath(*extra_classpath),
+        classpath(*extra_classpath, jars=jars),
         *main_and_args,
     ]
 
@@ -602,12 +604,14 @@ def run_java(
     timeout: float = JAVA_TOOL_TIMEOUT_S,
     input_text: str | None = None,
     log_config: Path = TOOLS_LOG4J,
+    jars: Path | None = None,
 ) -> JavaResult:
     """Run `java -cp 'build/kafka-jars/*' MAIN ARGS...`; SLF4J noise is filtered from the output.
 
     `main_and_args[0]` may be a class name or a single-file `.java` source.
     """
-    cmd = java_command(main_and_args, extra_classpath=extra_classpath, jvm_args=jvm_args, log_config=log_config)
+    cmd = java_command(main_and_args, extra_classpath=extra_classpath, jvm_args=jvm_args, log_config=log_config,
+                       jars=jars)
     try:
         cp = subprocess.run(
             cmd,
@@ -763,13 +767,15 @@ def update_features(
 
 
 def run_feature_command(
-    bootstrap: str, *args: str, command_config: Path | None = None, timeout: float = JAVA_TOOL_TIMEOUT_S
+    bootstrap: str, *args: str, command_config: Path | None = None, timeout: float = JAVA_TOOL_TIMEOUT_S,
+    jars: Path | None = None,
 ) -> tuple[int, str, str]:
-    """`kafka-features.sh --bootstrap-server B ARGS...`; returns (rc, stdout, stderr)."""
+    """`kafka-features.sh --bootstrap-server B ARGS...` (of the release whose `jars` are
+    given, 4.1.1 by default); returns (rc, stdout, stderr)."""
     cmd = ["org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap]
     if command_config is not None:
         cmd += ["--command-config", str(command_config)]
-    res = run_java([*cmd, *args], timeout=timeout)
+    res = run_java([*cmd, *args], timeout=timeout, jars=jars)
     return res.rc, res.stdout, res.stderr
 
 
@@ -921,7 +927,10 @@ class KafkaCluster:
     {controller_port}, {node_id} and {extra0}, {extra1}, ... (`extra_ports` more free ports per node).
     With `separate_inter_broker`, brokers replicate over an INTERNAL listener of their own
     ({internal_port}), and the harness's readiness probes use it too: the PLAINTEXT client
-    listener then sees nothing but the clients (or proxies) under test.
+    listener then sees nothing but the clients (or proxies) under test. With `dynamic_quorum`
+    (one node), the node is formatted as Kafka's quickstart formats one, `--standalone` with
+    `controller.quorum.bootstrap.servers`, which finalizes kraft.version 1; otherwise the
+    voters are static (`controller.quorum.voters`) and kraft.version stays 0.
     """
 
     def __init__(
@@ -936,11 +945,15 @@ class KafkaCluster:
         heap: str = "768m",
         separate_inter_broker: bool = False,
         jars: Path | None = None,
+        dynamic_quorum: bool = False,
     ):
         # Another release's broker: its own jars (release_jars), not the suite's 4.1.1.
         self.jars = require_jars(jars)
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
+        if dynamic_quorum and nodes != 1:
+            raise ValueError("dynamic_quorum formats one node with --standalone")
+        self.dynamic_quorum = dynamic_quorum
         self.cluster_id = new_cluster_id()
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kshim-kafka-"))
@@ -1195,7 +1208,6 @@ class KafkaCluster:
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
-            "controller.quorum.voters": self._voters(),
             "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
             "controller.listener.names": "CONTROLLER",
@@ -1211,6 +1223,10 @@ class KafkaCluster:
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
         }
+        if self.dynamic_quorum:
+            props["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{node.controller_port}"
+        else:
+            props["controller.quorum.voters"] = self._voters()
         if node.internal_port is not None:
             props["listeners"] = (
                 f"PLAINTEXT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port},"
@@ -1252,6 +1268,7 @@ class KafkaCluster:
             self.cluster_id,
             "-c",
             str(node.properties_path),
+            *(["--standalone"] if self.dynamic_quorum else []),
             *self.format_args,
         ]
         try:
@@ -1453,8 +1470,14 @@ def _toml_top_level_keys(config_toml: str) -> set[str]:
         raise EnvError(f"kshim test config is not valid TOML: {e}\n{config_toml}")
 
 
-def compose_kshim_config(config_toml: str, *, port: int, data_dir: Path, draft_tags: bool) -> str:
-    """The test's TOML plus the keys every test kshim needs, unless the test set them itself."""
+def compose_kshim_config(config_toml: str, *, port: int, data_dir: Path, draft_tags: bool,
+                         kafka_release: str | None = "4.1") -> str:
+    """The test's TOML plus the keys every test kshim needs, unless the test set them itself.
+
+    `kafka_release`: the release a standalone kshim presents. The suite's standalone
+    expectations were written against a Kafka 4.1.1 broker, hence "4.1"; None leaves kshim's
+    default (the newest release), which the documentation's examples show and
+    test_kafka_releases checks against a 4.4.0 broker."""
     keys = _toml_top_level_keys(config_toml)
     head = []
     defaults = {
@@ -1464,6 +1487,8 @@ def compose_kshim_config(config_toml: str, *, port: int, data_dir: Path, draft_t
         "node_id": "1",
         "cluster_id": json.dumps(new_cluster_id()),
     }
+    if kafka_release is not None:
+        defaults["kafka_release"] = json.dumps(kafka_release)
     for key, value in defaults.items():
         if key not in keys:
             head.append(f"{key} = {value}")
@@ -1582,6 +1607,7 @@ class KshimProcess:
         listener_ports: dict[int, int] | None = None,
         rust_log: str | None = None,
         env: dict[str, str] | None = None,
+        kafka_release: str | None = "4.1",
     ):
         self.binary = require_kshim_binary(binary)
         self._own_workdir = workdir is None
@@ -1594,7 +1620,8 @@ class KshimProcess:
         self.listener_ports = dict(listener_ports or {})
         if upstream is None:
             self.config_text = compose_kshim_config(
-                config_toml, port=self.port, data_dir=self.data_dir, draft_tags=draft_tags
+                config_toml, port=self.port, data_dir=self.data_dir, draft_tags=draft_tags,
+                kafka_release=kafka_release,
             )
         else:
             self.config_text = compose_upstream_config(

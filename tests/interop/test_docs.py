@@ -410,7 +410,8 @@ def start_env(run: str, page: Page, block: Block, request, kshim_factory, etc: P
             port = ke.free_port()
             config = f'[admin]\nlisten = "127.0.0.1:{port}"\ntoken = "${{env:KSHIM_ADMIN_TOKEN}}"\n'
             env.address("127.0.0.1:9880", f"127.0.0.1:{port}")
-        proc = kshim_factory(config, env=extra_env)
+        # The documentation shows kshim's defaults: the newest Kafka release.
+        proc = kshim_factory(config, env=extra_env, kafka_release=None)
         env.address("127.0.0.1:9092", proc.bootstrap)
         env.address("localhost:9092", proc.bootstrap)
         return env
@@ -427,7 +428,7 @@ def start_env(run: str, page: Page, block: Block, request, kshim_factory, etc: P
             config = with_admin_port(config, port)
             env.address(doc_admin, f"127.0.0.1:{port}")
         # kshim_factory's process passes its own --listen and --data-dir, over the file's.
-        proc = kshim_factory(config, env=extra_env)
+        proc = kshim_factory(config, env=extra_env, kafka_release=None)
         listen = doc.get("listen", "127.0.0.1:9092")
         env.address(listen, proc.bootstrap)
         if listen.startswith("127.0.0.1:"):

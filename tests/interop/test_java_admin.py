@@ -177,10 +177,14 @@ def test_describe(target, baseline):
     assert isinstance(d["finalized_epoch"], int) and d["finalized_epoch"] >= 0
 
 
-def test_default_kshim_finalizes_every_supported_max(kshim, baseline):
+def test_kshim_as_kafka_4_1_finalizes_what_its_format_does(kshim, baseline):
+    """A kshim presenting Kafka 4.1 supports what the 4.1.1 broker supports, and starts with
+    what `kafka-storage format` finalizes. The baseline's voters are static, which leaves its
+    kraft.version at 0; kshim presents a node formatted with --standalone (kraft.version 1, as
+    test_kafka_releases checks against such a broker)."""
     d = Target("kshim", kshim.bootstrap).describe()
-    assert ranges(d) == ranges(baseline), "kshim's default supported set must be Kafka 4.1's"
-    assert levels(d) == {name: hi for name, (_, hi) in ranges(baseline).items()}
+    assert ranges(d) == ranges(baseline), "kshim presenting Kafka 4.1 supports what Kafka 4.1.1 does"
+    assert levels(d) == {**levels(baseline), "kraft.version": 1}
 
 
 def test_upgrade(target):
@@ -593,10 +597,15 @@ TRANSCRIPT = [
 ]  # fmt: skip
 
 
-def run_transcript(bootstrap: str) -> list[tuple[list[str], int, str, str]]:
+# `kshim features` speaks as the newest release's kafka-features.sh.
+TOOL_RELEASE = "4.4.0"
+
+
+def run_transcript(bootstrap: str, jars=None) -> list[tuple[list[str], int, str, str]]:
+    """TRANSCRIPT with kafka-features.sh 4.1.1, or of the release whose `jars` are given."""
     out = []
     for args, *_ in TRANSCRIPT:
-        rc, stdout, stderr = ke.run_feature_command(bootstrap, *args)
+        rc, stdout, stderr = ke.run_feature_command(bootstrap, *args, jars=jars)
         out.append((args, rc, mask(stdout), stderr))
     return out
 
@@ -655,16 +664,22 @@ def run_kshim_transcript(binary, bootstrap: str) -> list[tuple[list[str], int, s
 
 def test_kshim_features_prints_what_kafka_features_prints(broker_transcript, kshim_factory, kshim_binary):
     """kshim's own CLI runs the operator session against a kshim started at the broker's state
-    and prints, line for line, what kafka-features.sh printed against the broker."""
+    and prints, line for line, what kafka-features.sh 4.4.0 prints running it against another
+    such kshim (which test_feature_command_kshim_matches_broker holds to the broker)."""
     start, broker_steps = broker_transcript
-    proc = kshim_factory(ke.kshim_feature_config(levels(start), ranges(start)))
-    steps = run_kshim_transcript(kshim_binary, proc.bootstrap)
+    config = ke.kshim_feature_config(levels(start), ranges(start))
+    theirs = run_transcript(kshim_factory(config).bootstrap, jars=ke.release_jars(TOOL_RELEASE))
+    steps = run_kshim_transcript(kshim_binary, kshim_factory(config).bootstrap)
     mismatches = [
         "\n".join(difflib.unified_diff(_fmt(b).splitlines(), _fmt(k).splitlines(), "kafka-features.sh",
                                         "kshim features", lineterm=""))
-        for b, k in zip(broker_steps, steps) if b[1:] != k[1:]
+        for b, k in zip(theirs, steps) if b[1:] != k[1:]
     ]
     assert not mismatches, "kshim features differs from kafka-features.sh (Epoch masked):\n" + "\n\n".join(mismatches)
+    # The tab-separated lines of kafka-features.sh 4.2 and older, behind a flag.
+    proc = kshim_factory(config)
+    rc, out, err = kshim_cli(kshim_binary, proc.bootstrap, "describe", "--tab-separated")
+    assert (rc, mask(out), err) == broker_steps[0][1:], f"kshim: {out}{err}\nkafka-features.sh 4.1.1: {broker_steps[0]}"
 
 
 # Each leaves the broker as it is: reads, refusals by the tool, and dry runs.
@@ -679,14 +694,18 @@ BROKER_STEPS = [
     ["downgrade", "--release-version", "4.0", "--dry-run"],
     ["upgrade", "--release-version", "4.2-IV0", "--dry-run"],
     ["upgrade", "--metadata", "4.1-IV1", "--dry-run"],
+    ["upgrade", "--release-version", "4.4", "--dry-run"],
+    ["describe", "--node-id", "1"],
+    ["describe", "--node-id", "-1"],
 ]
 
 
 def test_kshim_features_against_the_broker(kafka_broker, kshim_binary):
-    """Both tools against the shared broker itself, --release-version included (reads, dry runs
-    and refusals only: the broker's state does not change)."""
+    """Both tools (kafka-features.sh 4.4.0) against the shared 4.1.1 broker itself,
+    --release-version included (reads, dry runs and refusals only: the broker's state does
+    not change)."""
     for args in BROKER_STEPS:
-        theirs = ke.run_feature_command(kafka_broker.bootstrap, *args)
+        theirs = ke.run_feature_command(kafka_broker.bootstrap, *args, jars=ke.release_jars(TOOL_RELEASE))
         cp = subprocess.run([str(kshim_binary), "features", "--bootstrap-server", kafka_broker.bootstrap, *args],
                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         ours = (cp.returncode, mask(cp.stdout), cp.stderr.replace("kshim: ", ""))
@@ -694,7 +713,7 @@ def test_kshim_features_against_the_broker(kafka_broker, kshim_binary):
         assert ours == theirs, f"{args}:\nkshim features: {ours}\nkafka-features.sh: {theirs}"
 
 
-# The offline lookups: no server is asked; the same lines as Kafka 4.1.1's tool.
+# The offline lookups: no server is asked; the same lines as Kafka 4.4.0's tool.
 OFFLINE_STEPS = [
     ["version-mapping"],
     ["version-mapping", "--release-version", "3.3-IV3"],
@@ -702,6 +721,11 @@ OFFLINE_STEPS = [
     ["version-mapping", "--release-version", "4.0-IV1"],
     ["version-mapping", "--release-version", "4.2-IV1"],
     ["version-mapping", "--release-version", "4.2"],
+    ["version-mapping", "--release-version", "4.4"],
+    ["version-mapping", "--release-version", "4.5-IV0"],
+    ["version-mapping", "--release-version", "4.5"],
+    ["version-mapping", "--release-version", "9.9"],
+    ["feature-dependencies", "--feature", "streams.version=1", "--feature", "share.version=2"],
     ["feature-dependencies", "--feature", "eligible.leader.replicas.version=1", "--feature", "metadata.version=28",
      "--feature", "transaction.version=2"],
     ["feature-dependencies", "--feature", "group.version=2"],
@@ -714,7 +738,7 @@ def test_kshim_features_offline_lookups_match_kafka_features(kshim_binary):
     # Kafka's tool wants an address it can resolve even though it asks nobody.
     bootstrap = "127.0.0.1:1"
     for args in OFFLINE_STEPS:
-        theirs = ke.run_feature_command(bootstrap, *args)
+        theirs = ke.run_feature_command(bootstrap, *args, jars=ke.release_jars(TOOL_RELEASE))
         cp = subprocess.run([str(kshim_binary), "features", *args], capture_output=True, text=True, timeout=30,
                             stdin=subprocess.DEVNULL)
         ours = (cp.returncode, cp.stdout, cp.stderr.replace("kshim: ", ""))
@@ -728,31 +752,32 @@ def kshim_cli(binary, bootstrap: str, *args) -> tuple[int, str, str]:
 
 
 def test_upgrade_all_stops_at_the_stable_release_and_downgrade_all_returns_to_it(kshim_factory, kshim_binary):
-    """--all knows Kafka 4.1's stable release: upgrade --all leaves the preview share.version 1
-    alone (unless --unstable) and raises a feature Kafka does not define to the top of its
-    range; downgrade --all lowers what is above the stable release and nothing else."""
-    supported = {"metadata.version": (7, 27), "group.version": (0, 1), "share.version": (0, 1),
+    """--all knows Kafka 4.4's stable release: upgrade --all leaves a level beyond it
+    (share.version 3, which this kshim is told to support) alone unless --unstable, and raises
+    a feature Kafka does not define to the top of its range; downgrade --all lowers what is
+    above the stable release and nothing else."""
+    supported = {"metadata.version": (7, 33), "group.version": (0, 1), "share.version": (0, 3),
                  "transaction.version": (0, 2), "acme.widgets": (1, 5)}
     start = {"metadata.version": 22, "group.version": 0, "share.version": 0, "transaction.version": 0,
              "acme.widgets": 1}
-    proc = kshim_factory(ke.kshim_feature_config(start, supported))
+    proc = kshim_factory('kafka_release = "4.4"\n' + ke.kshim_feature_config(start, supported))
     rc, out, err = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all")
     assert rc == 0, err
     assert out == ("acme.widgets was upgraded to 5.\ngroup.version was upgraded to 1.\n"
-                   "metadata.version was upgraded to 27.\ntransaction.version was upgraded to 2.\n"), out
-    assert ke.api_versions(proc.bootstrap).finalized.get("share.version") is None
+                   "metadata.version was upgraded to 33.\nshare.version was upgraded to 2.\n"
+                   "transaction.version was upgraded to 2.\n"), out
     rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all")
     assert rc == 0 and out == "Every feature is already finalized at the level --all would set.\n", out
     rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all", "--unstable", "--dry-run")
-    assert rc == 0 and out == "share.version can be upgraded to 1.\n", out
+    assert rc == 0 and out == "share.version can be upgraded to 3.\n", out
     rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all", "--unstable")
-    assert rc == 0 and out == "share.version was upgraded to 1.\n", out
+    assert rc == 0 and out == "share.version was upgraded to 3.\n", out
 
     rc, out, err = kshim_cli(kshim_binary, proc.bootstrap, "downgrade", "--all", "--yes")
-    assert rc == 0 and out == "share.version was downgraded to 0.\n", (out, err)
+    assert rc == 0 and out == "share.version was downgraded to 2.\n", (out, err)
     finalized = ke.api_versions(proc.bootstrap).finalized
     assert finalized["acme.widgets"][1] == 5, finalized
-    assert finalized["metadata.version"][1] == 27 and "share.version" not in finalized, finalized
+    assert finalized["metadata.version"][1] == 33 and finalized["share.version"][1] == 2, finalized
     rc, out, _ = kshim_cli(kshim_binary, proc.bootstrap, "downgrade", "--all", "--yes")
     assert rc == 0 and out == "No feature is finalized above the latest stable Kafka release's level.\n", out
     rc, _, err = kshim_cli(kshim_binary, proc.bootstrap, "upgrade", "--all", "--feature", "group.version=1")

@@ -9,6 +9,7 @@ on) goes through kshim to the broker and back, byte for byte.
 
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
@@ -26,9 +27,16 @@ DIFFERENCES = {
 }
 
 
+# Formatted as Kafka's quickstart formats a node (--standalone), as a standalone kshim presents
+# one: kraft.version 1.
 @pytest.fixture(scope="module")
 def broker(kafka_clusters):
-    return kafka_clusters.start(1, jars=ke.release_jars(RELEASE))
+    return kafka_clusters.start(1, jars=ke.release_jars(RELEASE), dynamic_quorum=True)
+
+
+@pytest.fixture(scope="module")
+def broker_4_1(kafka_clusters):
+    return kafka_clusters.start(1, dynamic_quorum=True)
 
 
 @pytest.fixture
@@ -113,3 +121,37 @@ def test_api_versions_v5_is_answered_as_the_4_4_broker_answers(broker, proxy):
     # INVALID_REQUEST for half an identity, REBOOTSTRAP_REQUIRED for another one.
     assert seen == {"names no node": 0, "names only the cluster": 42, "names only the node": 42,
                     "names this node": 0, "names another cluster": 129, "names another node": 129}
+
+
+def describe_lines(text: str) -> list[str]:
+    """kafka-features.sh describe's lines, the epoch (which differs from cluster to cluster)
+    masked."""
+    return [re.sub(r"\b-?\d+\s*$", "<epoch>", line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("release", ["4.1.1", RELEASE])
+def test_a_standalone_kshim_is_the_release_it_is_told(release, request, kshim_factory):
+    """kafka-features.sh of the release describes a standalone kshim with `kafka_release`
+    set to it line for line as it describes a freshly formatted broker of that release."""
+    broker = request.getfixturevalue("broker_4_1" if release == "4.1.1" else "broker")
+    jars = None if release == "4.1.1" else ke.release_jars(release)
+    minor = release.rsplit(".", 1)[0]
+    kshim = kshim_factory(f'kafka_release = "{minor}"\n')
+    rc, theirs, err = ke.run_feature_command(broker.bootstrap, "describe", jars=jars)
+    assert rc == 0, err
+    rc, ours, err = ke.run_feature_command(kshim.bootstrap, "describe", jars=jars)
+    assert rc == 0, err
+    assert describe_lines(ours) == describe_lines(theirs), f"kshim:\n{ours}\nbroker {release}:\n{theirs}"
+    assert len(describe_lines(theirs)) >= 5, theirs
+
+
+def test_before_any_broker_answers_nothing_is_finalized(kshim_factory):
+    """KAFKA-19964, as a Kafka 4.4 node that has not loaded its metadata answers: in front of
+    a cluster no broker of which has answered yet, kshim tells clients epoch -1 and no
+    finalized features, never levels it would have to invent."""
+    dead = f"127.0.0.1:{ke.free_port()}"
+    proxy = kshim_factory(upstream=dead)
+    info = ke.api_versions(proxy.bootstrap)
+    assert info.error_code == 0
+    # Epoch -1 is the tag's default, so the tag is left out (None here), as Kafka leaves it out.
+    assert info.finalized_epoch in (None, -1) and info.finalized == {}, (info.finalized_epoch, info.finalized)

@@ -438,7 +438,9 @@ def kshim_features(binary, bootstrap: str, *args, config=None):
 
 def both_tools(binary, bootstrap: str, config, *args):
     ours = kshim_features(binary, bootstrap, *args, config=config)
-    theirs = kafka_env.run_feature_command(bootstrap, *args, command_config=config)
+    # `kshim features` speaks as the newest release's tool.
+    theirs = kafka_env.run_feature_command(bootstrap, *args, command_config=config,
+                                           jars=kafka_env.release_jars("4.4.0"))
     mask = lambda r: (r[0], EPOCH.sub("Epoch: <N>", r[1]), r[2])  # noqa: E731
     return mask(ours), mask(theirs)
 
@@ -478,6 +480,7 @@ def test_kshim_features_over_tls_and_sasl_prints_what_kafka_features_prints(tls_
         (carol, ["describe"]),
         (dave, ["describe"]),
         (admin, ["upgrade", "--release-version", "4.1", "--dry-run"]),
+        (admin, ["upgrade", "--release-version", "4.4", "--dry-run"]),
         (admin, ["downgrade", "--feature", "metadata.version=22", "--dry-run"]),
         # Only User:admin may: carol is refused by kshim, in Kafka's words.
         (carol, ["upgrade", "--feature", "group.version=1", "--dry-run"]),

@@ -10,12 +10,12 @@ use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
 use kafka_protocol::messages::{ApiKey, UpdateFeaturesRequest};
 use kafka_protocol::protocol::StrBytes;
 use kshim::client::{negotiate, ClientSecurity, KafkaClient};
-use kshim::features::kafka::{
-    self as kafka, any_metadata_version_level, metadata_version_level, metadata_version_name,
-    METADATA_VERSION,
-};
+use kshim::features::kafka::{KafkaRelease, METADATA_VERSION};
 use kshim::features::UpgradeType;
 use kshim::protocol::api_versions::DecodedApiVersions;
+use kshim::protocol::apis::{
+    decode_metadata_brokers, metadata_request, METADATA_VERSION as METADATA_REQUEST_VERSION,
+};
 use kshim::protocol::errors;
 use offline::{feature_dependencies, version_mapping};
 use serde_json::{json, Map, Value};
@@ -83,7 +83,16 @@ struct ReleaseArgs {
 #[derive(clap::Subcommand, Debug)]
 enum Op {
     /// Show supported and finalized features.
-    Describe,
+    Describe {
+        /// Ask this node (a broker id from the cluster's Metadata) instead of the
+        /// bootstrap servers.
+        #[arg(long = "node-id", allow_negative_numbers = true)]
+        node_id: Option<i32>,
+        /// One tab-separated line per feature, as kafka-features.sh 4.2 and older
+        /// print them, for scripts that parse that format.
+        #[arg(long)]
+        tab_separated: bool,
+    },
     /// Raise finalized levels.
     Upgrade {
         #[command(flatten)]
@@ -95,7 +104,7 @@ enum Op {
         #[arg(long)]
         all: bool,
         /// With --all: Kafka's features too to the highest level the server
-        /// supports, including levels not yet stable (such as share.version 1 in 4.1).
+        /// supports, including levels the release does not ship as stable.
         #[arg(long, requires = "all")]
         unstable: bool,
     },
@@ -234,9 +243,72 @@ async fn describe_all(target: &Target) -> Result<Described> {
     }
 }
 
+/// Asks node `node_id` itself, found in the Metadata of the first bootstrap
+/// server that answers (kafka-features.sh's `describe --node-id`).
+async fn describe_node(target: &Target, node_id: i32) -> Result<Described> {
+    if node_id < 0 {
+        bail!("Invalid node id {node_id}: must be non-negative.");
+    }
+    let mut failures = Vec::new();
+    for server in &target.servers {
+        let brokers = async {
+            let mut client = target.connect(server).await?;
+            let raw = client
+                .request(
+                    ApiKey::Metadata,
+                    METADATA_REQUEST_VERSION,
+                    &metadata_request(&[]),
+                )
+                .await?;
+            decode_metadata_brokers(METADATA_REQUEST_VERSION, &raw)
+                .map(|(_, brokers)| brokers)
+                .map_err(|source| kshim::client::ClientError::Decode {
+                    addr: server.clone(),
+                    source,
+                })
+        };
+        let brokers = match brokers.await {
+            Ok(brokers) => brokers,
+            Err(e) => {
+                failures.push(e.to_string());
+                continue;
+            }
+        };
+        let Some(broker) = brokers.get(&node_id) else {
+            let known: Vec<String> = brokers.keys().map(ToString::to_string).collect();
+            bail!(
+                "node {node_id} is not in the cluster's metadata (nodes: {})",
+                known.join(", ")
+            );
+        };
+        let mut client = target.connect(&broker.address()).await?;
+        let (_, answer) = client.api_versions().await?;
+        if answer.error_code != errors::NONE {
+            bail!(
+                "{}: ApiVersions failed with {}",
+                broker.address(),
+                errors::name(answer.error_code)
+            );
+        }
+        return Ok(Described {
+            host: broker.host.clone(),
+            port: u16::try_from(broker.port).unwrap_or(0),
+            answer,
+        });
+    }
+    bail!("no bootstrap server answered: {}", failures.join("; "))
+}
+
+/// The Kafka release whose FeatureCommand this tool speaks as (the newest
+/// kshim has data for): its metadata.version names, release levels and
+/// dependency table.
+pub(super) fn tool_release() -> KafkaRelease {
+    KafkaRelease::newest()
+}
+
 fn level_to_string(feature: &str, level: i16) -> String {
     if feature == METADATA_VERSION {
-        match metadata_version_name(level) {
+        match tool_release().metadata_version_name(level) {
             Some(name) => name.to_owned(),
             None => format!("UNKNOWN {level}"),
         }
@@ -245,7 +317,9 @@ fn level_to_string(feature: &str, level: i16) -> String {
     }
 }
 
-fn describe_text(d: &Described) -> String {
+/// Kafka 4.3 and later print fixed-width columns; 4.2 and older one
+/// tab-separated line per feature.
+fn describe_text(d: &Described, tab_separated: bool) -> String {
     let f = &d.answer.features;
     let epoch = if f.epoch >= 0 {
         f.epoch.to_string()
@@ -255,12 +329,20 @@ fn describe_text(d: &Described) -> String {
     let mut out = String::new();
     for (name, &(min, max)) in &f.supported {
         let finalized = f.finalized.get(name).map_or(0, |&(_, max)| max);
-        out.push_str(&format!(
-            "Feature: {name}\tSupportedMinVersion: {}\tSupportedMaxVersion: {}\tFinalizedVersionLevel: {}\tEpoch: {epoch}\n",
+        let (min, max, finalized) = (
             level_to_string(name, min),
             level_to_string(name, max),
             level_to_string(name, finalized),
-        ));
+        );
+        out.push_str(&if tab_separated {
+            format!(
+                "Feature: {name}\tSupportedMinVersion: {min}\tSupportedMaxVersion: {max}\tFinalizedVersionLevel: {finalized}\tEpoch: {epoch}\n"
+            )
+        } else {
+            format!(
+                "Feature: {name:<40}  SupportedMinVersion: {min:<15}  SupportedMaxVersion: {max:<15}  FinalizedVersionLevel: {finalized:<15}  Epoch: {epoch}\n"
+            )
+        });
     }
     out
 }
@@ -285,7 +367,8 @@ fn parse_feature(spec: &str, disable: bool) -> Result<(String, i16)> {
         None => 0,
         Some(l) => match l.parse::<i16>() {
             Ok(v) => v,
-            Err(_) if name == METADATA_VERSION => metadata_version_level(l)
+            Err(_) if name == METADATA_VERSION => tool_release()
+                .metadata_version_level(l)
                 .with_context(|| format!("Unknown metadata.version {l}."))?,
             Err(_) => {
                 bail!("Can't parse feature=level string {spec}: unable to parse {l} as a short.")
@@ -322,11 +405,17 @@ pub async fn run(args: FeaturesArgs) -> Result<u8> {
             version_mapping(release_version.as_deref(), common.output)
         }
         Op::FeatureDependencies { features } => feature_dependencies(&features, common.output),
-        Op::Describe => {
+        Op::Describe {
+            node_id,
+            tab_separated,
+        } => {
             let target = Target::new(&common)?;
-            let d = describe_all(&target).await?;
+            let d = match node_id {
+                Some(node_id) => describe_node(&target, node_id).await?,
+                None => describe_all(&target).await?,
+            };
             match target.output {
-                Output::Text => emit(&describe_text(&d)),
+                Output::Text => emit(&describe_text(&d, tab_separated)),
                 Output::Json => emit(&format!(
                     "{}\n",
                     serde_json::to_string_pretty(&Value::Object(describe_json(&d, "OK")))?
@@ -434,7 +523,7 @@ fn release_or_metadata(
         if !wanted.is_empty() {
             bail!("Can not specify `release-version` with other feature flags.");
         }
-        for (feature, level) in kafka::release_levels(release_level(name)?) {
+        for (feature, level) in tool_release().release_levels(release_level(name)?) {
             if kind == Kind::Downgrade || level > 0 {
                 wanted.insert(feature.to_owned(), level);
             }
@@ -443,21 +532,27 @@ fn release_or_metadata(
     Ok(())
 }
 
-fn release_level(name: &str) -> Result<i16> {
-    any_metadata_version_level(name).with_context(|| {
-        let stable: Vec<&str> = kafka::stable_metadata_versions()
+/// The level of a metadata.version name, or Kafka 4.4's error naming every known one.
+pub(super) fn release_level(name: &str) -> Result<i16> {
+    let release = tool_release();
+    release.any_metadata_version_level(name).with_context(|| {
+        let known: Vec<&str> = release
+            .data()
+            .metadata_versions
+            .iter()
             .map(|m| m.name.as_str())
             .collect();
         format!(
-            "Unknown metadata.version {name}. Supported metadata.version are {}",
-            stable.join(", ")
+            "Unknown metadata.version '{name}'. Supported metadata.version are: {}",
+            known.join(", ")
         )
     })
 }
 
 /// The levels of the latest stable Kafka release this tool knows.
 fn latest_release_levels() -> BTreeMap<&'static str, i16> {
-    kafka::release_levels(kafka::metadata_version_latest_production())
+    tool_release()
+        .release_levels(tool_release().metadata_version_latest_production())
         .into_iter()
         .collect()
 }

@@ -1,33 +1,27 @@
 //! The lookups of `kshim features` that ask no server: `version-mapping` and
-//! `feature-dependencies`, from Kafka 4.1's tables, printed as Kafka's
+//! `feature-dependencies`, from the newest release's tables, printed as Kafka's
 //! FeatureCommand prints them.
 
-use super::{emit, Output};
+use super::{emit, release_level, tool_release, Output};
 use anyhow::{bail, Result};
-use kshim::features::kafka::{
-    self as kafka, any_metadata_version_level, any_metadata_version_name, metadata_version_name,
-    METADATA_VERSION,
-};
+use kshim::features::kafka::METADATA_VERSION;
 use serde_json::{json, Map, Value};
 
 /// `version-mapping`: Kafka's FeatureCommand lines for a release.
 pub(super) fn version_mapping(release: Option<&str>, output: Output) -> Result<u8> {
     let (name, level) = match release {
         None => {
-            let level = kafka::metadata_version_latest_production();
-            (metadata_version_name(level).unwrap_or_default(), level)
+            let level = tool_release().metadata_version_latest_production();
+            (
+                tool_release()
+                    .metadata_version_name(level)
+                    .unwrap_or_default(),
+                level,
+            )
         }
-        Some(name) => match any_metadata_version_level(name) {
-            Some(level) => (name, level),
-            None => bail!(
-                "Unknown release version '{name}'. Supported versions are: {} to {}",
-                metadata_version_name(kafka::metadata_version_min()).unwrap_or_default(),
-                metadata_version_name(kafka::metadata_version_latest_production())
-                    .unwrap_or_default()
-            ),
-        },
+        Some(name) => (name, release_level(name)?),
     };
-    let levels = kafka::release_levels(level);
+    let levels = tool_release().release_levels(level);
     match output {
         Output::Text => {
             let mut out = String::new();
@@ -56,10 +50,10 @@ pub(super) fn version_mapping(release: Option<&str>, output: Output) -> Result<u
     Ok(0)
 }
 
-/// `feature-dependencies`: what each named level requires, from Kafka 4.1's
-/// table. Every name is checked before anything is printed.
+/// `feature-dependencies`: what each named level requires, from the newest
+/// release's table. Every name is checked before anything is printed.
 pub(super) fn feature_dependencies(specs: &[String], output: Output) -> Result<u8> {
-    let table = kafka::dependencies();
+    let table = tool_release().dependencies();
     let mut found = Vec::new();
     for spec in specs {
         let Some((name, level)) = spec.split_once('=') else {
@@ -71,7 +65,7 @@ pub(super) fn feature_dependencies(specs: &[String], output: Output) -> Result<u
             )
         })?;
         let name = name.trim();
-        match kafka::defines_level(name, level) {
+        match tool_release().defines_level(name, level) {
             None => bail!("Unknown feature: {name}"),
             Some(false) if name == METADATA_VERSION => bail!("Unknown metadata.version {level}"),
             Some(false) => bail!("No feature:{name} with feature level {level}"),
@@ -119,7 +113,7 @@ pub(super) fn feature_dependencies(specs: &[String], output: Output) -> Result<u
 
 /// `name=level`, with the release name after a metadata.version level.
 fn with_release_name(name: &str, level: i16) -> String {
-    match any_metadata_version_name(level) {
+    match tool_release().any_metadata_version_name(level) {
         Some(release) if name == METADATA_VERSION => format!("{name}={level} ({release})"),
         _ => format!("{name}={level}"),
     }

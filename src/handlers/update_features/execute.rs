@@ -268,7 +268,8 @@ async fn forward<C: Cluster>(section: &UpdateSection<'_>, cluster: &C, call: &Ca
 mod tests {
     use super::*;
     use crate::controller::{ControllerSettings, FeatureController};
-    use crate::features::{kafka, FeatureUpdate, Ownership, SupportedRange, UpgradeType};
+    use crate::features::kafka::KafkaRelease;
+    use crate::features::{FeatureUpdate, Ownership, SupportedRange, UpdateRules, UpgradeType};
     use crate::handlers::update_features::plan::{decide, Facts, Request};
     use crate::policy::rule::{Bound, ValueRule};
     use crate::policy::{ConfigResource, ConfigValidator, ConfigValidators};
@@ -367,7 +368,8 @@ mod tests {
 
     fn bench() -> Bench {
         let dir = tempfile::tempdir().unwrap();
-        let mut supported = kafka::supported_features();
+        let kafka = KafkaRelease::named("4.1").unwrap();
+        let mut supported = kafka.supported_features();
         supported.insert("acme.audit".into(), SupportedRange::new(0, 3));
         let controller = FeatureController::open(
             Arc::new(FileStore::open(dir.path()).unwrap()),
@@ -376,7 +378,10 @@ mod tests {
                 cluster_id: None,
                 supported,
                 bootstrap: Some([("acme.audit".to_owned(), 1)].into()),
-                dependencies: kafka::dependencies(),
+                rules: UpdateRules {
+                    release: kafka,
+                    dependencies: kafka.dependencies(),
+                },
                 ownership: Ownership::in_front(vec!["acme.*".into()]),
                 cluster: None,
             },
@@ -428,7 +433,7 @@ mod tests {
                 &Facts {
                     finalized: &snapshot.finalized,
                     supporters: &supporters,
-                    dependencies: section.dependencies(),
+                    rules: section.rules(),
                     conflicts: &[],
                     validators: &self.policies.validators,
                     owner: &owner,

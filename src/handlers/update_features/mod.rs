@@ -94,7 +94,7 @@ async fn run(ctx: &Context, peer: &Peer, request: Incoming) -> Result<(Bytes, bo
                     let facts = Facts {
                         finalized: &snapshot.finalized,
                         supporters: &supporters,
-                        dependencies: section.dependencies(),
+                        rules: section.rules(),
                         conflicts: &conflicts,
                         validators: &policies.validators,
                         owner: &owner,

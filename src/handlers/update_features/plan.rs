@@ -6,15 +6,15 @@
 //! 1. in front of a cluster, every feature must have one owner: a request for
 //!    the upstream's features goes there whole, one that mixes owners is
 //!    refused whole (all-or-nothing cannot span two controllers);
-//! 2. kshim's own rules (`features::plan_update`, Kafka 4.1's controller order);
+//! 2. kshim's own rules (`features::plan_update`, in the order of Kafka's controller);
 //! 3. runtime protection: no upgrade of a feature whose finalized level some
 //!    supporter already cannot run;
 //! 4. the upgrade audit, when a feature with validators changes level and there
 //!    is a cluster whose configs can be read.
 
 use crate::features::{
-    invalid_update, plan_update, Conflict, Dependencies, FeatureUpdate, FinalizedFeatures, Owner,
-    Reason, Supporter, UpdateRejection,
+    invalid_update, plan_update, Conflict, FeatureUpdate, FinalizedFeatures, Owner, Reason,
+    Supporter, UpdateRejection, UpdateRules,
 };
 use crate::policy::ConfigValidators;
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ pub struct Request {
 pub struct Facts<'a> {
     pub finalized: &'a FinalizedFeatures,
     pub supporters: &'a [Supporter],
-    pub dependencies: &'a Dependencies,
+    pub rules: &'a UpdateRules,
     pub conflicts: &'a [Conflict],
     pub validators: &'a ConfigValidators,
     pub owner: &'a (dyn Fn(&str) -> Owner + Sync),
@@ -94,7 +94,7 @@ pub fn decide(request: &Request, facts: &Facts<'_>) -> Plan {
     let planned = match plan_update(
         facts.finalized,
         facts.supporters,
-        facts.dependencies,
+        facts.rules,
         &request.updates,
     ) {
         Ok(p) => p,
@@ -169,7 +169,8 @@ fn audit_for(request: &Request, facts: &Facts<'_>) -> Option<Audit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::{kafka, Problem, SupportedRange, UpgradeType};
+    use crate::features::kafka::KafkaRelease;
+    use crate::features::{Problem, SupportedRange, UpgradeType};
     use crate::policy::rule::{Bound, ValueRule};
     use crate::policy::ConfigValidator;
 
@@ -188,7 +189,7 @@ mod tests {
     struct World {
         finalized: FinalizedFeatures,
         supporters: Vec<Supporter>,
-        dependencies: Dependencies,
+        rules: UpdateRules,
         conflicts: Vec<Conflict>,
         validators: ConfigValidators,
         in_front: bool,
@@ -196,7 +197,8 @@ mod tests {
 
     impl World {
         fn new() -> World {
-            let mut features = kafka::supported_features();
+            let kafka = KafkaRelease::named("4.1").unwrap();
+            let mut features = kafka.supported_features();
             features.insert("acme.audit".into(), SupportedRange::new(0, 3));
             features.insert("acme.plain".into(), SupportedRange::new(0, 3));
             World {
@@ -214,7 +216,10 @@ mod tests {
                     features,
                     only_listed: false,
                 }],
-                dependencies: kafka::dependencies(),
+                rules: UpdateRules {
+                    release: kafka,
+                    dependencies: kafka.dependencies(),
+                },
                 conflicts: Vec::new(),
                 validators: ConfigValidators::new(vec![
                     at_least("log.segment.bytes", 2, 2097152),
@@ -249,7 +254,7 @@ mod tests {
                 &Facts {
                     finalized: &self.finalized,
                     supporters: &self.supporters,
-                    dependencies: &self.dependencies,
+                    rules: &self.rules,
                     conflicts: &self.conflicts,
                     validators: &self.validators,
                     owner: &owner,
