@@ -99,3 +99,15 @@ def test_address_carriers_are_found_and_told_apart():
     for key in (88, 89):
         assert api(v44, key)["addresses"], key
         assert not any(c["names_broker"] for c in api(v44, key)["addresses"]), key
+
+
+def test_the_compatibility_table_is_written_from_the_data():
+    """docs/compatibility.md's per-release table is what tools/release-data/table.py writes
+    from the data (run it with --write after changing the data)."""
+    sys.path.insert(0, str(GENERATOR.parent))
+    try:
+        import table
+    finally:
+        sys.path.pop(0)
+    page = table.PAGE.read_text()
+    assert page == table.page_with_table(page), "run: python3 tools/release-data/table.py --write"
