@@ -407,7 +407,11 @@ mod tests {
         let decoded = decode_response(4, &body).unwrap();
         assert_eq!(decoded.features.epoch, -1);
         assert!(decoded.features.finalized.is_empty());
-        assert_eq!(decoded.features.supported.len(), 2, "what kshim supports is known");
+        assert_eq!(
+            decoded.features.supported.len(),
+            2,
+            "what kshim supports is known"
+        );
     }
 
     #[test]

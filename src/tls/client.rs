@@ -2,10 +2,13 @@
 //! built from `[upstream.tls]`, and the cell every new upstream connection reads
 //! it from.
 
-use super::files::{identity, not_after, provider_and_versions, roots};
+use super::files::{identity, not_after, provider_and_versions, trusted};
 use super::{TlsError, UpstreamTls};
-use rustls::pki_types::ServerName;
-use rustls::ClientConfig;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{verify_server_name, WebPkiServerVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
 use std::sync::Arc;
 
 /// What one upstream handshake uses.
@@ -24,7 +27,11 @@ impl ClientTlsMaterial {
     /// checking every file and name.
     pub fn build(section: &str, settings: &UpstreamTls) -> Result<ClientTlsMaterial, TlsError> {
         let (provider, versions) = provider_and_versions(section, &settings.protocols)?;
-        let roots = roots(section, &settings.trust)?;
+        let (roots, anchors) = trusted(section, &settings.trust)?;
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| TlsError::new(section, "ca", format!("no usable trust anchor: {e}")))?;
+        let verifier = Arc::new(TrustedServer { webpki, anchors });
         let builder = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&versions)
             .map_err(|e| {
@@ -34,7 +41,8 @@ impl ClientTlsMaterial {
                     format!("the protocols and cipher suites do not fit together: {e}"),
                 )
             })?
-            .with_root_certificates(roots);
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
         let (config, leaf_not_after) = match &settings.identity {
             None => (builder.with_no_client_auth(), None),
             Some(id) => {
@@ -73,5 +81,134 @@ impl ClientTlsMaterial {
             .trim_matches(['[', ']']);
         ServerName::try_from(host.to_owned())
             .map_err(|e| format!("{host} cannot be checked against a certificate: {e}"))
+    }
+}
+
+/// The server certificate check: a chain to one of the trusted CAs, as webpki
+/// checks it; or, as Java's trust manager accepts it, a server certificate
+/// that is itself in the truststore, CA or not (what `openssl req -x509`
+/// makes, with CA:TRUE). That certificate must still name the server and be
+/// within its validity period.
+#[derive(Debug)]
+struct TrustedServer {
+    webpki: Arc<WebPkiServerVerifier>,
+    anchors: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for TrustedServer {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let chained = self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
+        if chained.is_ok() || !self.anchors.iter().any(|a| a == end_entity) {
+            return chained;
+        }
+        verify_server_name(&ParsedCertificate::try_from(end_entity)?, server_name)?;
+        let (_, cert) = x509_parser::parse_x509_certificate(end_entity)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+        let validity = cert.validity();
+        if now < validity.not_before.timestamp() {
+            return Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidYet,
+            ));
+        }
+        if now > validity.not_after.timestamp() {
+            return Err(rustls::Error::InvalidCertificate(CertificateError::Expired));
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use rustls::RootCertStore;
+
+    /// A certificate for localhost, signed by itself, CA:TRUE (what `openssl req -x509` makes).
+    fn self_signed() -> CertificateDer<'static> {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2099, 1, 1);
+        params.self_signed(&key).unwrap().der().clone()
+    }
+
+    fn verifier(trusted: &[CertificateDer<'static>]) -> TrustedServer {
+        let mut roots = RootCertStore::empty();
+        for cert in trusted {
+            roots.add(cert.clone()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        TrustedServer {
+            webpki: WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap(),
+            anchors: trusted.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_server_certificate_in_the_truststore_is_trusted_and_must_still_name_the_server() {
+        let cert = self_signed();
+        let v = verifier(std::slice::from_ref(&cert));
+        let now = UnixTime::now();
+        let name = |n: &str| ServerName::try_from(n.to_owned()).unwrap();
+        // webpki alone refuses it: a CA certificate used as the end entity.
+        assert!(v
+            .webpki
+            .verify_server_cert(&cert, &[], &name("localhost"), &[], now)
+            .is_err());
+        assert!(v
+            .verify_server_cert(&cert, &[], &name("localhost"), &[], now)
+            .is_ok());
+        assert!(v
+            .verify_server_cert(&cert, &[], &name("elsewhere.example"), &[], now)
+            .is_err());
+        // 2100-01-01, after its validity period.
+        let expired = UnixTime::since_unix_epoch(std::time::Duration::from_secs(4_102_444_800));
+        assert!(v
+            .verify_server_cert(&cert, &[], &name("localhost"), &[], expired)
+            .is_err());
+        // Another self-signed certificate is not in the truststore.
+        let stranger = self_signed();
+        assert!(v
+            .verify_server_cert(&stranger, &[], &name("localhost"), &[], now)
+            .is_err());
     }
 }

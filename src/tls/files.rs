@@ -148,6 +148,15 @@ pub(crate) fn identity(
 
 /// The CA certificates of `trust`, as a root store.
 pub(crate) fn roots(section: &str, trust: &Trust) -> Result<RootCertStore, TlsError> {
+    Ok(trusted(section, trust)?.0)
+}
+
+/// The certificates of `trust`: as a root store, and as they are (a server
+/// certificate that is itself among them is trusted, as Java trusts it).
+pub(crate) fn trusted(
+    section: &str,
+    trust: &Trust,
+) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), TlsError> {
     let (name, path, certs) = match trust {
         Trust::Pem(path) => ("ca", path, pem_certificates(section, "ca", path)?),
         Trust::Pkcs12 {
@@ -185,7 +194,7 @@ pub(crate) fn roots(section: &str, trust: &Trust) -> Result<RootCertStore, TlsEr
         }
     };
     let mut roots = RootCertStore::empty();
-    for cert in certs {
+    for cert in certs.iter().cloned() {
         roots.add(cert).map_err(|e| {
             TlsError::new(
                 section,
@@ -197,7 +206,7 @@ pub(crate) fn roots(section: &str, trust: &Trust) -> Result<RootCertStore, TlsEr
             )
         })?;
     }
-    Ok(roots)
+    Ok((roots, certs))
 }
 
 /// The crypto provider with the cipher suites asked for, and the protocol

@@ -396,3 +396,36 @@ def test_refuses_to_start(cluster, certs, kshim_binary, tmp_path, case):
         assert re.search(rf"(?<![a-z]){w}(?![a-z])", text, re.I), f"stderr does not name {w!r}\n{shown}"
     for s in exact:
         assert s in res.stderr, f"stderr does not name {s!r}\n{shown}"
+
+
+def test_a_self_signed_server_certificate_in_the_truststore_is_trusted(tmp_path, kshim_factory, kshim_binary):
+    """A server certificate made with `openssl req -x509` (CA:TRUE, signed by itself) and put
+    in the client's truststore as it is: Java's clients trust it, and so do `kshim features`
+    and kshim's own upstream connections (one TLS client). A truststore without it is
+    refused by both tools."""
+    ossl = lambda *args: run_tool([require_tool("openssl"), *args], cwd=tmp_path)  # noqa: E731, F405
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "7", "-subj", "/CN=localhost",
+         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-keyout", "self.key", "-out", "self.pem")
+    other_certs = make_certs(tmp_path / "other")  # noqa: F405
+    proc = kshim_factory(f'[tls]\ncertificate = "{tmp_path / "self.pem"}"\nkey = "{tmp_path / "self.key"}"\n')
+
+    def properties(truststore: Path) -> Path:
+        config = tmp_path / f"{truststore.stem}.properties"
+        config.write_text(f"security.protocol=SSL\nssl.truststore.location={truststore}\nssl.truststore.type=PEM\n")
+        return config
+
+    def kshim_describe(config: Path):
+        cp = subprocess.run([str(kshim_binary), "features", "--bootstrap-server", proc.bootstrap,
+                             "--command-config", str(config), "describe"],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return cp.returncode, cp.stdout, cp.stderr
+
+    trusting = properties(tmp_path / "self.pem")
+    ours = kshim_describe(trusting)
+    theirs = ke.run_feature_command(proc.bootstrap, "describe", command_config=trusting,
+                                    jars=ke.release_jars("4.4.0"), timeout=60)
+    assert ours[0] == 0 and theirs[0] == 0, f"kshim features: {ours}\nkafka-features.sh: {theirs}"
+    assert ours[1] == theirs[1], f"kshim features:\n{ours[1]}\nkafka-features.sh:\n{theirs[1]}"
+    rc, _, err = kshim_describe(properties(other_certs.ca))
+    assert rc == 1 and "certificate" in err.lower(), err
