@@ -7,10 +7,11 @@
 use crate::cluster::ClusterNode;
 use crate::config::{Config, UpstreamConfig};
 use crate::features::{Mirror, Ownership, Supporter};
-use crate::handlers::api_versions::{proxy_apis, Discovery};
+use crate::handlers::api_versions::{narrowings, proxy_apis, Discovery};
 use crate::handlers::{Authorizer, Context, NodeAddress};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCell;
+use crate::protocol::api_versions::ApiRange;
 use crate::server::{self, Limits};
 use crate::standalone::{
     advertised_address, bind_listener, limits, open_controller, tls_cell, StartError,
@@ -94,6 +95,7 @@ impl Proxy {
             max_response_bytes: upstream_config.max_response_bytes,
             tls: upstream_tls,
             sasl: upstream_config.sasl.clone(),
+            unknown_api_keys: upstream_config.unknown_api_keys,
         };
         let cluster = config.cluster.as_ref().map(|settings| {
             Arc::new(ClusterNode::new(
@@ -117,7 +119,11 @@ impl Proxy {
             refresh_tx,
         ));
         // Until the upstream answers, kshim offers only what it serves itself.
-        let discovery = Discovery::new(proxy_apis(&[]), config.draft_tags, controller.snapshot())?;
+        let discovery = Discovery::new(
+            proxy_apis(&[], upstream_config.unknown_api_keys),
+            config.draft_tags,
+            controller.snapshot(),
+        )?;
         let context = Arc::new(Context {
             controller,
             discovery,
@@ -343,9 +349,14 @@ async fn apply(context: &Context, upstream: &Upstream, view: ClusterView, first:
         );
     }
     if !view.live.is_empty() {
-        context
-            .discovery
-            .set_apis(proxy_apis(&view.api_intersection()));
+        let brokers_apis = view.api_intersection();
+        let unknown = context
+            .upstream
+            .as_ref()
+            .map_or_else(Default::default, |u| u.link.unknown_api_keys);
+        let offered = proxy_apis(&brokers_apis, unknown);
+        log_narrowings(&brokers_apis, &offered);
+        context.discovery.set_apis(offered);
         let features = view.features();
         let supporters = features
             .per_broker
@@ -521,5 +532,19 @@ fn layout(
             .collect(),
         max_brokers: upstream.max_brokers,
         grace: Duration::from_millis(upstream.listener_grace_ms),
+    }
+}
+
+/// Logs, once each for the life of the process, the ways kshim's ApiVersions
+/// differs from what the brokers offer (a version capped, a key hidden).
+fn log_narrowings(brokers: &[ApiRange], offered: &[ApiRange]) {
+    static LOGGED: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+    let Ok(mut logged) = LOGGED.lock() else {
+        return;
+    };
+    for line in narrowings(brokers, offered) {
+        if logged.insert(line.clone()) {
+            tracing::info!("{line}");
+        }
     }
 }

@@ -125,6 +125,7 @@ pub struct UpstreamConfig {
     pub sasl: Option<crate::client::SaslCredentials>,
     /// `[upstream.tls]`: TLS to the brokers; `None`: plaintext.
     pub tls: Option<crate::tls::UpstreamTls>,
+    pub unknown_api_keys: crate::upstream::UnknownApiKeys,
 }
 
 impl Default for UpstreamConfig {
@@ -143,6 +144,7 @@ impl Default for UpstreamConfig {
             ports: BTreeMap::new(),
             sasl: None,
             tls: None,
+            unknown_api_keys: crate::upstream::UnknownApiKeys::Hide,
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::walk::record_key;
 use super::ConfigError;
 use super::{string_list, tls, walker, UpstreamConfig};
+use crate::upstream::UnknownApiKeys;
 
 pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> UpstreamConfig {
     let mut u = UpstreamConfig::default();
@@ -30,6 +31,15 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> 
     }
     if let Some(v) = w.int::<u64>("listener_grace_ms", "a number of milliseconds") {
         u.listener_grace_ms = v;
+    }
+    match w.string("unknown_api_keys").as_deref() {
+        None => {}
+        Some("hide") => u.unknown_api_keys = UnknownApiKeys::Hide,
+        Some("forward") => u.unknown_api_keys = UnknownApiKeys::Forward,
+        Some(other) => w.errors.push(ConfigError::new(
+            "upstream.unknown_api_keys",
+            format!("\"{other}\" is not one of \"hide\" and \"forward\""),
+        )),
     }
     let listeners = w.table("listeners");
     let sasl = w.table("sasl");

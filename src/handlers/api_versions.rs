@@ -13,7 +13,7 @@ use crate::protocol::api_versions::{
 };
 use crate::protocol::response::{frame_with_body, EncodeError};
 use crate::protocol::Incoming;
-use crate::upstream::Route;
+use crate::upstream::{Route, UnknownApiKeys};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -130,28 +130,21 @@ fn build(apis: Arc<Vec<ApiRange>>, snapshot: Arc<FeatureSnapshot>) -> Result<Ans
 /// The API table in front of a cluster: what every live broker serves, narrowed
 /// to the versions whose broker addresses kshim can rewrite and to the versions of
 /// the requests it checks that it can read, plus the APIs kshim
-/// answers itself. Keys the newest Kafka release kshim has data for does not
-/// define are left out: kshim cannot tell whether their responses name brokers.
-/// Versions whose responses name brokers kshim cannot rewrite are left out
-/// (`forward::forwardable_versions`).
-pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
+/// answers itself. Versions whose responses name brokers (or controllers) kshim
+/// cannot rewrite are left out (`forward::forwardable_versions`). Keys the newest
+/// Kafka release kshim has data for does not define are left out, kshim cannot
+/// tell whether their responses name brokers, unless `unknown` says to forward
+/// them.
+pub fn proxy_apis(upstream: &[ApiRange], unknown: UnknownApiKeys) -> Vec<ApiRange> {
     let release = crate::releases::newest();
     let mut out: Vec<ApiRange> = upstream
         .iter()
         .filter_map(|r| {
-            release.api(r.api_key)?;
-            let api = ApiKey::try_from(r.api_key).ok();
             if OWN_APIS.iter().any(|o| o.api_key == r.api_key) {
                 return None;
             }
-            // DescribeQuorum v2+ lists the controllers' listeners, which kshim does
-            // not stand in front of; v0-v1 carry no addresses.
-            if api == Some(ApiKey::DescribeQuorum) {
-                return (r.min <= 1).then_some(ApiRange {
-                    api_key: r.api_key,
-                    min: r.min,
-                    max: r.max.min(1),
-                });
+            if release.api(r.api_key).is_none() {
+                return (unknown == UnknownApiKeys::Forward).then_some(*r);
             }
             let (min, max) = super::forward::forwardable_versions(r.api_key, r.min, r.max)?;
             let r = &ApiRange {
@@ -159,7 +152,10 @@ pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
                 min,
                 max,
             };
-            match api.and_then(super::checked_versions) {
+            match ApiKey::try_from(r.api_key)
+                .ok()
+                .and_then(super::checked_versions)
+            {
                 None => Some(*r),
                 Some((min, max)) => {
                     let (min, max) = (r.min.max(min), r.max.min(max));
@@ -174,6 +170,49 @@ pub fn proxy_apis(upstream: &[ApiRange]) -> Vec<ApiRange> {
         .collect();
     out.extend(OWN_APIS);
     out.sort_by_key(|r| r.api_key);
+    out
+}
+
+/// What `proxy_apis` took from the brokers' table, one line per API, for the
+/// log: an operator must be able to see why a client cannot use a version its
+/// brokers offer.
+pub fn narrowings(upstream: &[ApiRange], offered: &[ApiRange]) -> Vec<String> {
+    let release = crate::releases::newest();
+    let mut out = Vec::new();
+    for r in upstream {
+        if OWN_APIS.iter().any(|o| o.api_key == r.api_key) {
+            continue;
+        }
+        let name = release
+            .api(r.api_key)
+            .map_or_else(|| format!("API key {}", r.api_key), |a| a.name.clone());
+        let kept = offered.iter().find(|o| o.api_key == r.api_key);
+        let why = if release.api(r.api_key).is_none() {
+            format!(
+                "no Kafka release kshim has data for (up to {}) defines it; upstream.unknown_api_keys = \"forward\" offers it",
+                release.release
+            )
+        } else {
+            let first_refused = (r.min..=r.max)
+                .find(|&v| kept.is_none_or(|k| !(k.min..=k.max).contains(&v)))
+                .unwrap_or(r.max);
+            match super::forward::response_handling(r.api_key, first_refused) {
+                Err(why) => why,
+                Ok(_) => format!("kshim checks only the versions it can read of {name}"),
+            }
+        };
+        match kept {
+            None => out.push(format!(
+                "{name} (v{}-v{}) is not offered to clients: {why}",
+                r.min, r.max
+            )),
+            Some(k) if (k.min, k.max) != (r.min, r.max) => out.push(format!(
+                "{name} is offered at v{}-v{} of the brokers' v{}-v{}: {why}",
+                k.min, k.max, r.min, r.max
+            )),
+            Some(_) => {}
+        }
+    }
     out
 }
 
@@ -426,7 +465,7 @@ mod tests {
             range(500, 0, 3),
             range(52, 0, 2),
         ];
-        let got = proxy_apis(&upstream);
+        let got = proxy_apis(&upstream, UnknownApiKeys::Hide);
         let find = |k: i16| got.iter().find(|r| r.api_key == k).copied();
         assert_eq!(find(88), Some(range(88, 0, 1)));
         assert_eq!(find(89), Some(range(89, 0, 1)));
@@ -436,6 +475,19 @@ mod tests {
             find(52),
             Some(range(52, 0, 0)),
             "capped below the versions naming brokers"
+        );
+        let forwarded = proxy_apis(&upstream, UnknownApiKeys::Forward);
+        assert!(forwarded.contains(&range(500, 0, 3)), "{forwarded:?}");
+        // Every narrowing is said, with its reason.
+        let said = narrowings(&upstream, &got);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].starts_with("API key 500 (v0-v3) is not offered to clients: no Kafka release"),
+            "{said:?}"
+        );
+        assert!(
+            said[1].starts_with("Vote is offered at v0-v0 of the brokers' v0-v2: Vote v1 is not served: its responses name brokers"),
+            "{said:?}"
         );
     }
 
@@ -473,7 +525,7 @@ mod tests {
                 max: 1,
             },
         ];
-        let got = proxy_apis(&upstream);
+        let got = proxy_apis(&upstream, UnknownApiKeys::Hide);
         let find = |k: i16| got.iter().find(|r| r.api_key == k).copied();
         assert_eq!(
             find(3),

@@ -113,10 +113,14 @@ pub fn response_handling(key: i16, version: i16) -> Result<AfterResponse, String
         .broker_address_versions()
         .is_some_and(|(min, max)| (min..=max).contains(&version));
     if names_brokers {
-        return Err(format!(
-            "{} v{version} is not served: its responses name brokers and kshim cannot rewrite that version",
-            api_name(key)
-        ));
+        let why = crate::protocol::rewrite::NOT_REWRITABLE
+            .iter()
+            .find(|(api, _)| *api as i16 == key)
+            .map_or(
+                "its responses name brokers and kshim cannot rewrite that version",
+                |(_, why)| why,
+            );
+        return Err(format!("{} v{version} is not served: {why}", api_name(key)));
     }
     Ok(AfterResponse::PassOn)
 }
@@ -128,6 +132,38 @@ pub fn forwardable_versions(key: i16, min: i16, max: i16) -> Option<(i16, i16)> 
     let hi = (min..=max).rev().find(|&v| ok(v))?;
     let lo = (min..=hi).rev().take_while(|&v| ok(v)).last()?;
     Some((lo, hi))
+}
+
+/// A request whose API key no Kafka release kshim has data for defines,
+/// forwarded as bytes and its response passed on unread
+/// (`upstream.unknown_api_keys = "forward"`). Logged once per key.
+pub fn plan_unknown(peek: HeaderPeek, frame: Bytes, peer: &str) -> Action {
+    static SEEN: std::sync::Mutex<std::collections::BTreeSet<i16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let first = SEEN
+        .lock()
+        .map(|mut seen| seen.insert(peek.api_key))
+        .unwrap_or(false);
+    if first {
+        tracing::warn!(
+            api_key = peek.api_key,
+            "forwarding API key {} (first from {peer}), which no Kafka release kshim has data for defines, \
+             as bytes: upstream.unknown_api_keys = \"forward\"; its responses are not rewritten",
+            peek.api_key
+        );
+    }
+    Action::Forward(Forward {
+        frame,
+        correlation_id: peek.correlation_id,
+        expects_response: true,
+        then: Then {
+            api_key: peek.api_key,
+            version: peek.api_version,
+            after: AfterResponse::PassOn,
+            hold: None,
+            delay: None,
+        },
+    })
 }
 
 /// A request forwarded as it is. Its API key may be one kshim's Kafka library

@@ -185,8 +185,14 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Acti
     let Some(api) = peek.known_api_key() else {
         // An API newer than kshim's Kafka library: forwarded when the newest
         // release kshim has data for defines it (its ApiVersions offers no other).
-        if ctx.upstream.is_some() && crate::releases::newest().api(peek.api_key).is_some() {
-            return forward::plan(peek, request.frame);
+        if let Some(upstream) = &ctx.upstream {
+            if crate::releases::newest().api(peek.api_key).is_some() {
+                return forward::plan(peek, request.frame);
+            }
+            if upstream.link.unknown_api_keys == crate::upstream::UnknownApiKeys::Forward {
+                let who = format!("{} {}", peer.principal, peer.addr);
+                return forward::plan_unknown(peek, request.frame, &who);
+            }
         }
         return Action::Close(format!("unknown API key {}", peek.api_key));
     };

@@ -36,6 +36,21 @@ pub struct LinkSettings {
     pub tls: Option<Arc<ClientTlsCell>>,
     /// For discovery, audits and forwarded UpdateFeatures.
     pub sasl: Option<SaslCredentials>,
+    /// What becomes of API keys no Kafka release kshim has data for defines.
+    pub unknown_api_keys: UnknownApiKeys,
+}
+
+/// `[upstream] unknown_api_keys`: API keys that no Kafka release kshim has
+/// data for defines (a broker newer than kshim's data, or a fork's own APIs).
+/// kshim cannot tell whether their responses name brokers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownApiKeys {
+    /// Left out of ApiVersions, and a request for one closes its connection.
+    #[default]
+    Hide,
+    /// Offered at the brokers' versions and forwarded as bytes, unrewritten:
+    /// a response that names a broker would lead its client around kshim.
+    Forward,
 }
 
 /// Connection failures, logged once per cause per minute: while a broker is

@@ -13,7 +13,7 @@ pub mod link;
 pub mod listeners;
 
 pub use cluster::{ClusterView, UpstreamFeatures};
-pub use link::{LinkSettings, UpstreamLink};
+pub use link::{LinkSettings, UnknownApiKeys, UpstreamLink};
 pub use listeners::{ListenerLayout, Listeners, Route};
 
 /// What went wrong between kshim and the upstream. Each variant says who caused it.

@@ -1677,8 +1677,8 @@ class KshimProcess:
         env.update(self.extra_env)
         self.proc = _spawn(cmd, cwd=self.workdir, log_path=self.log_path, env=env)
         deadline = time.monotonic() + timeout
-        # A proxy is ready once its bootstrap and every pinned per-node listener accept.
-        ports = [self.port, *self.listener_ports.values()]
+        # Ready once its bootstrap, every pinned per-node listener and the admin API accept.
+        ports = [self.port, *self.listener_ports.values(), *self._admin_port()]
         while time.monotonic() < deadline:
             if not self.alive():
                 rc = self.proc.returncode
@@ -1692,6 +1692,16 @@ class KshimProcess:
     def stop(self) -> int | None:
         rc = stop_process(self.proc)
         return rc
+
+    def _admin_port(self) -> list[int]:
+        """The admin API's fixed port, when the config gives one (it binds after the Kafka
+        listener, so a test that calls it at once would otherwise race it)."""
+        try:
+            listen = tomllib.loads(self.config_text).get("admin", {}).get("listen")
+        except tomllib.TOMLDecodeError:
+            return []
+        port = listen.rsplit(":", 1)[-1] if isinstance(listen, str) else ""
+        return [int(port)] if port.isdigit() and int(port) != 0 else []
 
     def log_text(self) -> str:
         try:

@@ -54,6 +54,9 @@ def test_kshim_offers_the_4_4_brokers_apis(broker, proxy):
         if ours.get(key) != expected:
             differences[key] = {"broker": theirs.get(key), "kshim": ours.get(key), "expected": expected}
     assert not differences, f"kshim's ApiVersions differs from the {RELEASE} broker's: {differences}"
+    # The cap is said, once, with its reason.
+    said = "DescribeQuorum is offered at v0-v1 of the brokers' v0-v2: DescribeQuorum v2 is not served"
+    assert ke.wait_until(lambda: said in proxy.log_text(), 10), ke.tail(proxy.log_path, 20)
 
 
 def streams_group_describe(group: str, correlation_id: int) -> bytes:

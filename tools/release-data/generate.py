@@ -84,14 +84,19 @@ def carriers(schema: dict, valid: set[int]) -> list[dict]:
     common = {s["name"]: s for s in schema.get("commonStructs", [])}
     found = []
 
-    def walk(fields: list[dict], path: str, present: set[int]) -> None:
+    def walk(fields: list[dict], path: str, present: set[int], within_node: bool) -> None:
+        # A Host and Port name a Kafka node (a broker or a controller) when their
+        # structure, or one enclosing it, holds that node's id: DescribeQuorum's
+        # Nodes.Listeners are a controller's. An application endpoint (Kafka
+        # Streams' UserEndpoint) has no node id around it.
+        within_node = within_node or any(f.get("entityType") == "brokerId" for f in fields)
         names = {f["name"]: f for f in fields}
         if "Host" in names and "Port" in names:
             host = names["Host"]
             at = present & version_range(host.get("versions"), newest)
             if host.get("taggedVersions"):
                 at &= version_range(host.get("taggedVersions"), newest)
-            names_broker = any(f.get("entityType") == "brokerId" for f in fields)
+            names_broker = within_node
             if at:
                 found.append({"path": path or "(top level)", "versions": span(at),
                               "names_broker": names_broker})
@@ -105,9 +110,9 @@ def carriers(schema: dict, valid: set[int]) -> list[dict]:
             at = present & version_range(f.get("versions"), newest)
             if f.get("taggedVersions"):
                 at &= version_range(f.get("taggedVersions"), newest)
-            walk(inner, f"{path}.{f['name']}" if path else f["name"], at)
+            walk(inner, f"{path}.{f['name']}" if path else f["name"], at, within_node)
 
-    walk(schema.get("fields", []), "", set(valid))
+    walk(schema.get("fields", []), "", set(valid), False)
     return found
 
 

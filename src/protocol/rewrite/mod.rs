@@ -87,6 +87,14 @@ fn layout(api: ApiKey) -> Option<Layout> {
     })
 }
 
+/// APIs a broker serves whose responses name Kafka nodes kshim does not stand
+/// in front of, so that no rewrite could keep clients on kshim: their versions
+/// that name nodes are capped, deliberately, with the reason.
+pub const NOT_REWRITABLE: &[(ApiKey, &str)] = &[(
+    ApiKey::DescribeQuorum,
+    "v2+ list the controllers' listeners, and kshim stands in front of brokers only",
+)];
+
 /// The versions of `api` whose responses this module can rewrite, or None when responses of
 /// `api` carry no broker address (forwarded untouched).
 pub fn rewritable_versions(api: ApiKey) -> Option<(i16, i16)> {
@@ -169,6 +177,9 @@ mod tests {
             }
             let api = ApiKey::try_from(defined.key)
                 .unwrap_or_else(|_| panic!("{} names brokers and has no walk", defined.name));
+            if NOT_REWRITABLE.iter().any(|(a, _)| *a == api) {
+                continue;
+            }
             let (min, max) = rewritable_versions(api)
                 .unwrap_or_else(|| panic!("{} names brokers and has no walk", defined.name));
             assert!(
