@@ -5,7 +5,8 @@
 #   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
 #   - kafka-clients and kafka-server-common of each release in data/kafka/ (build/kafka-releases/)
-#   - the Kafka 4.4.0 broker in build/kafka-jars-4.4.0/ (the same pom at another version)
+#   - the Kafka 4.0.2, 4.2.2, 4.3.2 and 4.4.0 brokers in build/kafka-jars-<release>/ (the same
+#     pom at other versions)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
 #     (kshim-go-probe, kshim-go-client) built into build/bin/
 #   - cargo-fuzz (pinned), which scripts/fuzz.sh builds the fuzz targets with
@@ -109,7 +110,7 @@ fi
 # ---------------------------------------------- brokers of other Kafka releases
 # The interop suite runs one broker of each release listed here beside the 4.1.1
 # cluster (tests/interop/test_kafka_releases.py).
-OTHER_BROKER_RELEASES=(4.4.0)
+OTHER_BROKER_RELEASES=(4.0.2 4.2.2 4.3.2 4.4.0)
 for release in "${OTHER_BROKER_RELEASES[@]}"; do
   dir="$ROOT/build/kafka-jars-$release"
   if ls "$dir"/kafka_2.13-"$release".jar "$dir"/kafka-clients-"$release".jar >/dev/null 2>&1; then

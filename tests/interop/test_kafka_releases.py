@@ -1,10 +1,13 @@
-"""kshim in front of a newer Kafka release than the suite's 4.1.1: a Kafka 4.4.0 node.
+"""kshim and the Kafka releases other than the suite's 4.1.1: one node each of 4.0.2, 4.2.2,
+4.3.2 and 4.4.0, started once for the module.
 
-What kshim's ApiVersions offers is the broker's own table, apart from a short list of
-deliberate differences, each with its reason; ApiVersions v5 (KIP-1242) gets from kshim
-the answer the broker gives for every combination of ClusterId and NodeId; and an API
-that kshim's Kafka library does not know (StreamsGroupDescribe, key 89, from Kafka 4.1
-on) goes through kshim to the broker and back, byte for byte.
+In front of each, what kshim's ApiVersions offers is the broker's own table, apart from a
+short list of deliberate differences, each with its reason. In front of 4.4.0: ApiVersions
+v5 (KIP-1242) gets from kshim the answer the broker gives for every combination of
+ClusterId and NodeId, and an API that kshim's Kafka library does not know
+(StreamsGroupDescribe, key 89) goes through kshim to the broker and back. A standalone
+kshim told to be 4.1 or 4.4 is described by that release's kafka-features.sh as a freshly
+formatted node of the release.
 """
 
 from __future__ import annotations
@@ -20,11 +23,25 @@ RELEASE = "4.4.0"
 
 # key -> (kshim's range, why it differs from the broker's). Everything else must be equal.
 DIFFERENCES = {
-    # kshim answers UpdateFeatures itself.
+    18: ((0, 5), "kshim answers ApiVersions itself, v5 (KIP-1242) included, whatever the release"),
     57: ((0, 2), "kshim answers UpdateFeatures itself"),
-    # v2 lists the controllers' listeners, which kshim does not stand in front of.
     55: ((0, 1), "DescribeQuorum v2 lists controller listeners"),
 }
+
+OLDER_RELEASES = ["4.0.2", "4.2.2", "4.3.2"]
+
+
+@pytest.fixture(scope="module")
+def release_brokers(kafka_clusters):
+    """One node per release, started on first use and kept for the module."""
+    started: dict[str, ke.KafkaCluster] = {}
+
+    def get(release: str) -> ke.KafkaCluster:
+        if release not in started:
+            started[release] = kafka_clusters.start(1, jars=ke.release_jars(release))
+        return started[release]
+
+    return get
 
 
 # Formatted as Kafka's quickstart formats a node (--standalone), as a standalone kshim presents
@@ -44,15 +61,35 @@ def proxy(kshim_factory, broker):
     return kshim_factory(upstream=broker.bootstrap)
 
 
-def test_kshim_offers_the_4_4_brokers_apis(broker, proxy):
-    theirs = ke.api_versions(broker.bootstrap).api_keys
-    ours = ke.wait_until(lambda: ke.api_versions(proxy.bootstrap).api_keys, 10)
-    assert {88, 89} <= set(theirs), f"a {RELEASE} broker offers the Streams group APIs: {sorted(theirs)}"
+def api_table_differences(broker_bootstrap: str, proxy_bootstrap: str) -> dict:
+    theirs = ke.api_versions(broker_bootstrap).api_keys
+    # Until kshim has read the brokers' table it offers only its own APIs.
+    def brokers_apis_offered():
+        table = ke.api_versions(proxy_bootstrap).api_keys
+        return table if len(table) > 2 else None
+
+    ours = ke.wait_until(brokers_apis_offered, 15)
+    assert ours, "kshim never offered the brokers' APIs"
     differences = {}
     for key in sorted(set(theirs) | set(ours)):
         expected = DIFFERENCES[key][0] if key in DIFFERENCES else theirs.get(key)
         if ours.get(key) != expected:
             differences[key] = {"broker": theirs.get(key), "kshim": ours.get(key), "expected": expected}
+    return differences
+
+
+@pytest.mark.parametrize("release", OLDER_RELEASES)
+def test_kshim_offers_each_releases_apis(release, release_brokers, kshim_factory):
+    broker = release_brokers(release)
+    proxy = kshim_factory(upstream=broker.bootstrap)
+    differences = api_table_differences(broker.bootstrap, proxy.bootstrap)
+    assert not differences, f"kshim's ApiVersions differs from the {release} broker's: {differences}"
+
+
+def test_kshim_offers_the_4_4_brokers_apis(broker, proxy):
+    theirs = ke.api_versions(broker.bootstrap).api_keys
+    assert {88, 89} <= set(theirs), f"a {RELEASE} broker offers the Streams group APIs: {sorted(theirs)}"
+    differences = api_table_differences(broker.bootstrap, proxy.bootstrap)
     assert not differences, f"kshim's ApiVersions differs from the {RELEASE} broker's: {differences}"
     # The cap is said, once, with its reason.
     said = "DescribeQuorum is offered at v0-v1 of the brokers' v0-v2: DescribeQuorum v2 is not served"
