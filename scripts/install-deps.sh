@@ -125,6 +125,16 @@ for release in "${OTHER_BROKER_RELEASES[@]}"; do
   rm -rf "$dir"
   mv "$tmp" "$dir"
 done
+# Kafka Streams 4.4.0 beside its broker, for the Streams application of the interop suite
+# (a stateless topology: RocksDB, which Kafka Streams loads only for state stores, is left out).
+for release in 4.4.0; do
+  dir="$ROOT/build/kafka-jars-$release"
+  [ -f "$dir/kafka-streams-$release.jar" ] && continue
+  step "fetching kafka-streams $release into build/kafka-jars-$release"
+  timeout 600 mvn -q -B -Dstyle.color=never dependency:copy \
+      -Dartifact="org.apache.kafka:kafka-streams:$release" -DoutputDirectory="$dir" \
+    || die "mvn dependency:copy of kafka-streams $release failed"
+done
 
 # ------------------------------------------------- each Kafka release's data jars
 # data/kafka/<major.minor>.json names the release it was generated from; its

@@ -628,20 +628,22 @@ def run_java(
 
 
 _compiled_lock = threading.Lock()
-_compiled: dict[Path, Path] = {}
+_compiled: dict[tuple[Path, Path | None], Path] = {}
 
 
-def compile_java(source: Path) -> Path:
-    """Compile a single-file program once per process; returns the classes directory."""
+def compile_java(source: Path, jars: Path | None = None) -> Path:
+    """Compile a single-file program once per process (against the suite's 4.1.1 jars, or
+    another release's `jars`); returns the classes directory."""
     source = Path(source).resolve()
+    key = (source, jars)
     with _compiled_lock:
-        if source in _compiled:
-            return _compiled[source]
+        if key in _compiled:
+            return _compiled[key]
         out = Path(tempfile.mkdtemp(prefix="kshim-javac-"))
         atexit.register(shutil.rmtree, out, True)
         try:
             cp = subprocess.run(
-                ["javac", "-nowarn", "-d", str(out), "-cp", classpath(), str(source)],
+                ["javac", "-nowarn", "-d", str(out), "-cp", classpath(jars=jars), str(source)],
                 capture_output=True,
                 text=True,
                 timeout=JAVA_TOOL_TIMEOUT_S,
@@ -650,7 +652,7 @@ def compile_java(source: Path) -> Path:
             raise EnvError(f"javac timed out on {source}")
         if cp.returncode != 0:
             raise EnvError(f"javac failed on {source}:\n{cp.stdout}\n{cp.stderr}")
-        _compiled[source] = out
+        _compiled[key] = out
         return out
 
 

@@ -12,6 +12,7 @@ formatted node of the release.
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 
@@ -45,10 +46,12 @@ def release_brokers(kafka_clusters):
 
 
 # Formatted as Kafka's quickstart formats a node (--standalone), as a standalone kshim presents
-# one: kraft.version 1.
+# one: kraft.version 1. Its own inter-broker traffic (the share coordinator's persister talks
+# to the node itself) goes over a listener of its own, so that the client listener sees
+# nothing but the clients and kshim.
 @pytest.fixture(scope="module")
 def broker(kafka_clusters):
-    return kafka_clusters.start(1, jars=ke.release_jars(RELEASE), dynamic_quorum=True)
+    return kafka_clusters.start(1, jars=ke.release_jars(RELEASE), dynamic_quorum=True, separate_inter_broker=True)
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +198,56 @@ def test_before_any_broker_answers_nothing_is_finalized(kshim_factory):
     assert info.error_code == 0
     # Epoch -1 is the tag's default, so the tag is left out (None here), as Kafka leaves it out.
     assert info.finalized_epoch in (None, -1) and info.finalized == {}, (info.finalized_epoch, info.finalized)
+
+
+CLIENTS_44 = ke.REPO_ROOT / "tests" / "interop" / "java" / "Kafka44Clients.java"
+
+
+def clients_44(*args: str, timeout: float = 120) -> dict:
+    """One Kafka44Clients command, compiled and run against the 4.4.0 jars."""
+    jars = ke.release_jars(RELEASE)
+    classes = ke.compile_java(CLIENTS_44, jars=jars)
+    res = ke.run_java(["Kafka44Clients", *args, "--timeout-ms", str(int((timeout - 15) * 1000))],
+                      extra_classpath=[classes], jars=jars, timeout=timeout, log_config=ke.CLIENTS_LOG4J)
+    lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
+    assert res.rc == 0 and lines and "error" not in json.loads(lines[-1]), (
+        f"Kafka44Clients {args[0]} failed (rc={res.rc}):\n{res.stdout}\n{res.stderr[-4000:]}")
+    return json.loads(lines[-1])
+
+
+def stray_connections(broker: ke.KafkaCluster, proxy: ke.KshimProcess, marks: dict[int, int]) -> list:
+    """Connections the broker accepted since `marks` that are not kshim's own upstream ones:
+    a client that learnt the broker's address from an unrewritten response."""
+    accepted = broker.accepted_connections(marks)
+
+    def stray():
+        ours = {(c.local_port, c.remote_port) for c in proxy.upstream_connections()}
+        return [a for a in accepted if (a.remote_port, a.local_port) not in ours]
+
+    # kshim may log a connection a moment after the broker accepted it.
+    ke.wait_until(lambda: not stray(), 3)
+    return stray()
+
+
+def test_a_share_consumer_44_through_kshim(broker, proxy):
+    """Admin, producer and KafkaShareConsumer 4.4 (share groups: ShareGroupHeartbeat,
+    ShareFetch and ShareAcknowledge v2, rewritten) through kshim only."""
+    n = 30
+    marks = broker.connection_marks()
+    out = clients_44("share", "--bootstrap", proxy.bootstrap, "--topic", f"share-{ke.new_cluster_id()[:8]}",
+                     "--group", f"sg-{ke.new_cluster_id()[:8]}", "--count", str(n))
+    assert sorted(out["consumed"]) == sorted(f"share-{i}" for i in range(n)), out
+    assert not stray_connections(broker, proxy, marks), "a client reached the broker around kshim"
+
+
+def test_a_streams_44_application_through_kshim(broker, proxy):
+    """A Kafka Streams 4.4 application with group.protocol=streams (the Streams group APIs,
+    keys 88 and 89, forwarded as bytes) upper-cases a topic into another through kshim only."""
+    n = 30
+    app = f"app-{ke.new_cluster_id()[:8]}"
+    marks = broker.connection_marks()
+    out = clients_44("streams", "--bootstrap", proxy.bootstrap, "--input", f"{app}-in", "--output", f"{app}-out",
+                     "--app-id", app, "--count", str(n))
+    assert out["state"] == "RUNNING", out
+    assert sorted(out["output"]) == sorted(f"IN-{i}" for i in range(n)), out
+    assert not stray_connections(broker, proxy, marks), "a client reached the broker around kshim"
