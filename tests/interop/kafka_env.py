@@ -768,16 +768,95 @@ def update_features(
     return {line["feature"]: line for line in lines}
 
 
+class ToolServer:
+    """One JVM that runs a Kafka tool's commands one at a time (tests/interop/java/ToolServer.java):
+    each `kafka-features.sh` run costs milliseconds there instead of a JVM start. Started on
+    first use; a command that times out or finds the JVM gone takes it down, and the next
+    one starts a new one."""
+
+    def __init__(self, tool_class: str, jars: Path | None):
+        self.tool_class, self.jars = tool_class, jars
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._stderr_path: Path | None = None
+        self._lines: "queue.Queue[str | None]" = queue.Queue()
+
+    def run(self, args: Sequence[str], timeout: float) -> JavaResult:
+        for a in args:
+            if "\t" in a or "\n" in a:
+                raise EnvError(f"{self.tool_class} argument with a tab or newline: {a!r}")
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+            try:
+                self._proc.stdin.write("\t".join(args) + "\n")
+                self._proc.stdin.flush()
+            except OSError as e:
+                self._stop()
+                raise EnvError(f"the {self.tool_class} JVM is gone: {e}\n{tail(self._stderr_path)}")
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                self._stop()
+                raise EnvError(f"{self.tool_class} {' '.join(args)} did not finish within {timeout}s")
+            if line is None:
+                self._stop()
+                raise EnvError(f"the {self.tool_class} JVM exited during {' '.join(args)}\n{tail(self._stderr_path)}")
+            answer = json.loads(line)
+            out = base64.b64decode(answer["out"]).decode(errors="replace")
+            err = base64.b64decode(answer["err"]).decode(errors="replace")
+            return JavaResult(answer["exit"], _filter_noise(out) if out else "", _filter_noise(err) if err else "")
+
+    def _start(self) -> None:
+        classes = compile_java(TOOL_SERVER_SRC, jars=self.jars)
+        workdir = Path(tempfile.mkdtemp(prefix="kshim-tool-server-"))
+        atexit.register(shutil.rmtree, workdir, True)
+        self._stderr_path = workdir / "stderr"
+        cmd = java_command(["ToolServer", self.tool_class], extra_classpath=[classes], jars=self.jars)
+        with open(self._stderr_path, "wb") as err:
+            self._proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=err, text=True, start_new_session=True)
+        _register(self._proc)
+        lines: queue.Queue = queue.Queue()
+        self._lines = lines
+        stdout = self._proc.stdout
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True, name="tool-server-stdout").start()
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            stop_process(self._proc, timeout=5)
+        self._proc = None
+
+
+TOOL_SERVER_SRC = INTEROP_DIR / "java" / "ToolServer.java"
+_tool_servers: dict[tuple[str, Path | None], ToolServer] = {}
+_tool_servers_lock = threading.Lock()
+
+
+def tool_server(tool_class: str, jars: Path | None = None) -> ToolServer:
+    with _tool_servers_lock:
+        key = (tool_class, jars)
+        if key not in _tool_servers:
+            _tool_servers[key] = ToolServer(tool_class, jars)
+        return _tool_servers[key]
+
+
 def run_feature_command(
     bootstrap: str, *args: str, command_config: Path | None = None, timeout: float = JAVA_TOOL_TIMEOUT_S,
     jars: Path | None = None,
 ) -> tuple[int, str, str]:
     """`kafka-features.sh --bootstrap-server B ARGS...` (of the release whose `jars` are
-    given, 4.1.1 by default); returns (rc, stdout, stderr)."""
-    cmd = ["org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap]
+    given, 4.1.1 by default), in that release's tool JVM; returns (rc, stdout, stderr)."""
+    cmd = ["--bootstrap-server", bootstrap]
     if command_config is not None:
         cmd += ["--command-config", str(command_config)]
-    res = run_java([*cmd, *args], timeout=timeout, jars=jars)
+    res = tool_server("org.apache.kafka.tools.FeatureCommand", jars).run([*cmd, *args], timeout)
     return res.rc, res.stdout, res.stderr
 
 
