@@ -3,16 +3,19 @@
 //!
 //! - a Kafka release (`--kafka-version 4.0`): every client that used an API
 //!   version the release's brokers no longer serve (Kafka 4.0 removed the
-//!   oldest versions of many APIs, KIP-896), from the table in `releases`;
+//!   oldest versions of many APIs, KIP-896): 3.x from the generated table in
+//!   `releases`, 4.0 and later from the release data (`crate::releases`), the
+//!   two checked against each other where both have a release;
 //! - a feature level (`--feature group.version=1`): which clients were served a
 //!   lower level (they switch protocols once they see it), and which use API
 //!   versions that need a higher level than the one planned (they break if the
 //!   feature is set below them), from `FEATURE_APIS`.
 
-use super::releases::{Release, RELEASES};
+use super::releases::RELEASES;
 use super::ClientView;
 use crate::protocol::api_name;
 use serde::Serialize;
+use std::sync::OnceLock;
 
 /// API versions that a client uses only when a feature is finalized at a level:
 /// (feature, level, api key, lowest version that needs it). From Apache Kafka
@@ -33,16 +36,63 @@ pub const FEATURE_APIS: &[(&str, i16, i16, i16)] = &[
     ("streams.version", 1, 89, 0),     // StreamsGroupDescribe
 ];
 
+/// The API versions one Apache Kafka release's brokers serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseApis {
+    /// "3.9", "4.4": patch releases do not change the protocol.
+    pub version: String,
+    /// (api_key, min, max), sorted by api_key.
+    pub apis: Vec<(i16, i16, i16)>,
+}
+
+/// What a broker of a release in the data serves: the APIs a broker listener
+/// serves, from the oldest version it parses to the newest stable one (a latest
+/// version marked unstable is served only with `unstable.api.versions.enable`).
+fn from_data(release: &crate::releases::Release) -> ReleaseApis {
+    let apis = release
+        .apis
+        .iter()
+        .filter(|a| a.listeners.iter().any(|l| l == "broker"))
+        .filter_map(|a| {
+            let max = a.versions[1] - i16::from(a.latest_version_unstable);
+            (max >= a.versions[0]).then_some((a.key, a.versions[0], max))
+        })
+        .collect();
+    ReleaseApis {
+        version: release.minor().to_owned(),
+        apis,
+    }
+}
+
+/// Every release the census knows, oldest first: 3.x from the generated table,
+/// each release of the data from the data.
+fn releases() -> &'static [ReleaseApis] {
+    static ALL: OnceLock<Vec<ReleaseApis>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let data = crate::releases::releases();
+        let mut all: Vec<ReleaseApis> = RELEASES
+            .iter()
+            .filter(|r| data.iter().all(|d| d.minor() != r.version))
+            .map(|r| ReleaseApis {
+                version: r.version.to_owned(),
+                apis: r.apis.to_vec(),
+            })
+            .collect();
+        all.extend(data.iter().map(from_data));
+        all
+    })
+}
+
 /// The release table's entry for "4.0" (or "4.0.1": patch releases share their
 /// minor's protocol).
-pub fn release(version: &str) -> Option<&'static Release> {
+pub fn release(version: &str) -> Option<&'static ReleaseApis> {
     let minor: String = version.split('.').take(2).collect::<Vec<_>>().join(".");
-    RELEASES.iter().find(|r| r.version == minor)
+    releases().iter().find(|r| r.version == minor)
 }
 
 /// The releases the table knows, oldest first.
 pub fn known_releases() -> Vec<&'static str> {
-    RELEASES.iter().map(|r| r.version).collect()
+    releases().iter().map(|r| r.version.as_str()).collect()
 }
 
 /// One API version a client used that the target does not serve.
@@ -94,7 +144,7 @@ pub struct ReleaseImpact {
 /// Which of `clients` used API versions that `release`'s brokers do not serve.
 /// Versions above what the release serves are not counted: clients negotiate
 /// those down.
-pub fn release_impact(release: &Release, clients: &[ClientView]) -> ReleaseImpact {
+pub fn release_impact(release: &ReleaseApis, clients: &[ClientView]) -> ReleaseImpact {
     let affected = clients
         .iter()
         .filter_map(|client| {
@@ -121,7 +171,7 @@ pub fn release_impact(release: &Release, clients: &[ClientView]) -> ReleaseImpac
         })
         .collect();
     ReleaseImpact {
-        kafka_version: release.version.to_owned(),
+        kafka_version: release.version.clone(),
         clients_checked: clients.len(),
         affected,
     }
@@ -240,4 +290,41 @@ pub fn parse_feature_level(text: &str) -> Result<(String, i16), String> {
         return Err(format!("\"{text}\" names no feature"));
     }
     Ok((name.to_owned(), level))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two generators, from the same jars: the census table (the kafka-clients
+    /// ApiKeys enum, run by tests/tools/release_apis) and the release data (the
+    /// message schemas) agree on every release both have.
+    #[test]
+    fn the_generated_table_and_the_release_data_agree() {
+        let mut compared = Vec::new();
+        for data in crate::releases::releases() {
+            if let Some(table) = RELEASES.iter().find(|r| r.version == data.minor()) {
+                assert_eq!(
+                    table.apis,
+                    from_data(data).apis.as_slice(),
+                    "{}",
+                    data.minor()
+                );
+                compared.push(data.minor());
+            }
+        }
+        assert_eq!(compared, ["4.0", "4.1"]);
+        assert_eq!(
+            known_releases(),
+            [
+                "3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "4.0", "4.1",
+                "4.2", "4.3", "4.4"
+            ]
+        );
+        let newest = release("4.4.0").unwrap();
+        assert!(
+            newest.apis.iter().any(|&(key, _, _)| key == 89),
+            "the Streams group APIs"
+        );
+    }
 }
