@@ -656,62 +656,68 @@ def compile_java(source: Path, jars: Path | None = None) -> Path:
         return out
 
 
-class FeatureInteropServer:
-    """One FeatureInterop JVM (`--serve`) that runs every FeatureInterop command of this
-    process, one at a time: a command costs milliseconds there, a JVM start about a second
-    (several on a busy machine). Started on first use; a command that times out or finds
-    the JVM gone takes it down, and the next one starts a new one."""
+class JvmServer:
+    """A long-lived JVM that reads one command per line on stdin (its arguments separated by
+    tabs) and answers on stdout: a command costs milliseconds there, a JVM start about a
+    second (several on a busy machine). Started on first use; a command that times out or
+    finds the JVM gone takes it down, and the next one starts a new one. Subclasses give the
+    command line (`command`) and read the answer (`run`, holding `lock`)."""
+
+    name = "JVM"
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._stderr_path: Path | None = None
-        self._lines: "queue.Queue[str | None]" = None
+        self._lines: "queue.Queue[str | None]" = queue.Queue()
 
-    def run(self, args: Sequence[str], timeout: float) -> JavaResult:
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def send(self, args: Sequence[str]) -> None:
+        """Sends one command (hold `lock` until its answer is read)."""
         for a in args:
             if "\t" in a or "\n" in a:
-                raise EnvError(f"FeatureInterop argument with a tab or newline: {a!r}")
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
-            stderr_mark = self._stderr_path.stat().st_size
-            try:
-                self._proc.stdin.write("\t".join(args) + "\n")
-                self._proc.stdin.flush()
-            except OSError as e:
-                self._stop()
-                raise EnvError(f"the FeatureInterop JVM is gone: {e}\n{tail(self._stderr_path)}")
-            out: list[str] = []
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    self._stop()
-                    raise EnvError(f"FeatureInterop {' '.join(args)} did not finish within {timeout}s; "
-                                   f"output so far:\n{''.join(out)}")
-                if line is None:
-                    self._stop()
-                    raise EnvError(f"the FeatureInterop JVM exited during {' '.join(args)}\n{tail(self._stderr_path)}")
-                if line.startswith('{"__exit__":'):
-                    rc = json.loads(line)["__exit__"]
-                    break
-                out.append(line)
-            with open(self._stderr_path, "rb") as f:
-                f.seek(stderr_mark)
-                err = f.read().decode(errors="replace")
-            return JavaResult(rc, _filter_noise("".join(out)), _filter_noise(err))
+                raise EnvError(f"{self.name} argument with a tab or newline: {a!r}")
+        self.ensure_started()
+        try:
+            self._proc.stdin.write("\t".join(args) + "\n")
+            self._proc.stdin.flush()
+        except OSError as e:
+            self._stop()
+            raise EnvError(f"the {self.name} JVM is gone: {e}\n{tail(self._stderr_path)}")
+
+    def ensure_started(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+
+    def next_line(self, args: Sequence[str], deadline: float, so_far: str = "") -> str:
+        """The next line of the answer to `args`, by `deadline` (time.monotonic())."""
+        try:
+            line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            self._stop()
+            raise EnvError(f"{self.name} {' '.join(args)} did not finish in time; output so far:\n{so_far}")
+        if line is None:
+            self._stop()
+            raise EnvError(f"the {self.name} JVM exited during {' '.join(args)}\n{tail(self._stderr_path)}")
+        return line
+
+    def stderr_size(self) -> int:
+        return self._stderr_path.stat().st_size
+
+    def stderr_since(self, mark: int) -> str:
+        with open(self._stderr_path, "rb") as f:
+            f.seek(mark)
+            return f.read().decode(errors="replace")
 
     def _start(self) -> None:
-        classes = compile_java(FEATURE_INTEROP_SRC)
-        workdir = Path(tempfile.mkdtemp(prefix="kshim-feature-interop-"))
+        workdir = Path(tempfile.mkdtemp(prefix="kshim-jvm-server-"))
         atexit.register(shutil.rmtree, workdir, True)
         self._stderr_path = workdir / "stderr"
-        cmd = java_command(["FeatureInterop", "--serve"], extra_classpath=[classes])
         with open(self._stderr_path, "wb") as err:
-            self._proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=err, text=True, start_new_session=True)
+            self._proc = subprocess.Popen(self.command(), cwd=str(REPO_ROOT), stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
         _register(self._proc)
         lines: queue.Queue = queue.Queue()
         self._lines = lines
@@ -722,12 +728,37 @@ class FeatureInteropServer:
                 lines.put(line)
             lines.put(None)
 
-        threading.Thread(target=pump, daemon=True, name="feature-interop-stdout").start()
+        threading.Thread(target=pump, daemon=True, name=f"{self.name}-stdout").start()
 
     def _stop(self) -> None:
         if self._proc is not None:
             stop_process(self._proc, timeout=5)
         self._proc = None
+
+
+class FeatureInteropServer(JvmServer):
+    """tests/interop/java/FeatureInterop.java --serve: each command's output lines, then
+    {"__exit__": RC}."""
+
+    name = "FeatureInterop"
+
+    def command(self) -> list[str]:
+        return java_command(["FeatureInterop", "--serve"], extra_classpath=[compile_java(FEATURE_INTEROP_SRC)])
+
+    def run(self, args: Sequence[str], timeout: float) -> JavaResult:
+        with self.lock:
+            self.ensure_started()
+            stderr_mark = self.stderr_size()
+            self.send(args)
+            out: list[str] = []
+            deadline = time.monotonic() + timeout
+            while True:
+                line = self.next_line(args, deadline, "".join(out))
+                if line.startswith('{"__exit__":'):
+                    rc = json.loads(line)["__exit__"]
+                    break
+                out.append(line)
+            return JavaResult(rc, _filter_noise("".join(out)), _filter_noise(self.stderr_since(stderr_mark)))
 
 
 _feature_interop = FeatureInteropServer()
@@ -768,70 +799,26 @@ def update_features(
     return {line["feature"]: line for line in lines}
 
 
-class ToolServer:
-    """One JVM that runs a Kafka tool's commands one at a time (tests/interop/java/ToolServer.java):
-    each `kafka-features.sh` run costs milliseconds there instead of a JVM start. Started on
-    first use; a command that times out or finds the JVM gone takes it down, and the next
-    one starts a new one."""
+class ToolServer(JvmServer):
+    """A Kafka tool's commands in one JVM (tests/interop/java/ToolServer.java, which calls the
+    tool's mainNoExit with stdout and stderr captured): one JSON line per command."""
 
     def __init__(self, tool_class: str, jars: Path | None):
+        super().__init__()
         self.tool_class, self.jars = tool_class, jars
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._stderr_path: Path | None = None
-        self._lines: "queue.Queue[str | None]" = queue.Queue()
+        self.name = tool_class.rsplit(".", 1)[-1]
+
+    def command(self) -> list[str]:
+        classes = compile_java(TOOL_SERVER_SRC, jars=self.jars)
+        return java_command(["ToolServer", self.tool_class], extra_classpath=[classes], jars=self.jars)
 
     def run(self, args: Sequence[str], timeout: float) -> JavaResult:
-        for a in args:
-            if "\t" in a or "\n" in a:
-                raise EnvError(f"{self.tool_class} argument with a tab or newline: {a!r}")
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
-            try:
-                self._proc.stdin.write("\t".join(args) + "\n")
-                self._proc.stdin.flush()
-            except OSError as e:
-                self._stop()
-                raise EnvError(f"the {self.tool_class} JVM is gone: {e}\n{tail(self._stderr_path)}")
-            try:
-                line = self._lines.get(timeout=timeout)
-            except queue.Empty:
-                self._stop()
-                raise EnvError(f"{self.tool_class} {' '.join(args)} did not finish within {timeout}s")
-            if line is None:
-                self._stop()
-                raise EnvError(f"the {self.tool_class} JVM exited during {' '.join(args)}\n{tail(self._stderr_path)}")
-            answer = json.loads(line)
-            out = base64.b64decode(answer["out"]).decode(errors="replace")
-            err = base64.b64decode(answer["err"]).decode(errors="replace")
-            return JavaResult(answer["exit"], _filter_noise(out) if out else "", _filter_noise(err) if err else "")
-
-    def _start(self) -> None:
-        classes = compile_java(TOOL_SERVER_SRC, jars=self.jars)
-        workdir = Path(tempfile.mkdtemp(prefix="kshim-tool-server-"))
-        atexit.register(shutil.rmtree, workdir, True)
-        self._stderr_path = workdir / "stderr"
-        cmd = java_command(["ToolServer", self.tool_class], extra_classpath=[classes], jars=self.jars)
-        with open(self._stderr_path, "wb") as err:
-            self._proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=err, text=True, start_new_session=True)
-        _register(self._proc)
-        lines: queue.Queue = queue.Queue()
-        self._lines = lines
-        stdout = self._proc.stdout
-
-        def pump() -> None:
-            for line in stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True, name="tool-server-stdout").start()
-
-    def _stop(self) -> None:
-        if self._proc is not None:
-            stop_process(self._proc, timeout=5)
-        self._proc = None
+        with self.lock:
+            self.send(args)
+            answer = json.loads(self.next_line(args, time.monotonic() + timeout))
+        out = base64.b64decode(answer["out"]).decode(errors="replace")
+        err = base64.b64decode(answer["err"]).decode(errors="replace")
+        return JavaResult(answer["exit"], _filter_noise(out) if out else "", _filter_noise(err) if err else "")
 
 
 TOOL_SERVER_SRC = INTEROP_DIR / "java" / "ToolServer.java"

@@ -12,14 +12,12 @@ Then `kshim features upgrade --release-version 4.4` through kshim finalizes meta
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 
-import pytest
 
 import kafka_env as ke
 from test_kafka_releases import DIFFERENCES
-from test_proxy_clients import java, java_background, last_json
+from test_proxy_clients import SteadyTraffic, java
 
 FROM, TO = "4.1.1", "4.4.0"
 
@@ -51,40 +49,13 @@ def test_a_rolling_upgrade_behind_kshim_loses_nothing(kafka_clusters, kshim_fact
                    "--create", f"{topic}:3:3:min.insync.replicas=2")["created"]
     assert created == {topic: "ok"}, created
 
-    stop_file, progress, expect = tmp_path / "stop", tmp_path / "progress", tmp_path / "expect"
-    producer = java_background(
-        tmp_path, "producer", "produce", "--bootstrap", proxy.bootstrap, "--topic", topic,
-        "--count", "1", "--prefix", prefix, "--idempotent", "--interval-ms", "5",
-        "--until-file", stop_file, "--progress-file", progress,
-        "--prop", "delivery.timeout.ms=120000", "--prop", "request.timeout.ms=10000",
-        "--prop", "linger.ms=5", timeout=300)
-    consumer = java_background(
-        tmp_path, "consumer", "consume", "--bootstrap", proxy.bootstrap, "--topic", topic,
-        "--group", f"g-{uuid.uuid4().hex[:8]}", "--expect-file", expect, "--drain-ms", "2000", timeout=340)
-
-    def acked() -> int:
-        try:
-            return int(progress.read_text() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
-
-    def wait_acked(n: int, what: str, timeout: float = 90) -> int:
-        deadline = time.monotonic() + timeout
-        while acked() < n:
-            if not producer.alive():
-                pytest.fail(f"producer exited while {what}:\n{ke.tail(producer.stderr_path)}", pytrace=False)
-            if time.monotonic() > deadline:
-                pytest.fail(f"acknowledged count stuck at {acked()} (< {n}) while {what}\n"
-                            f"{ke.tail(producer.stderr_path)}", pytrace=False)
-            time.sleep(0.2)
-        return acked()
-
+    traffic = SteadyTraffic(tmp_path, proxy.bootstrap, topic, prefix, f"g-{uuid.uuid4().hex[:8]}", timeout=300)
     steps = []
     try:
-        wait_acked(200, f"starting on {FROM}")
+        traffic.wait_acked(200, f"starting on {FROM}")
         for node in cluster.nodes:
             cluster.stop_node(node.node_id)
-            wait_acked(acked() + 100, f"node {node.node_id} was down")
+            traffic.wait_acked(traffic.acked() + 100, f"node {node.node_id} was down")
             cluster.jars = ke.release_jars(TO)
             cluster.start_node(node.node_id)
             cluster.wait_brokers_registered()
@@ -92,22 +63,16 @@ def test_a_rolling_upgrade_behind_kshim_loses_nothing(kafka_clusters, kshim_fact
             got = ke.wait_until(lambda: (t := ke.api_versions(proxy.bootstrap).api_keys) == want and t, 30)
             assert got, (f"after node {node.node_id} moved to {TO}, kshim's ApiVersions is not the brokers' "
                          f"intersection: kshim {ke.api_versions(proxy.bootstrap).api_keys}, expected {want}")
-            steps.append((node.node_id, acked(), len(want)))
-            wait_acked(acked() + 100, f"node {node.node_id} was back on {TO}")
-        stop_file.touch()
-        prod = last_json(producer.wait(timeout=150), "background producer")
-    finally:
-        stop_file.touch()
-        if producer.alive():
-            producer.stop()
+            steps.append((node.node_id, traffic.acked(), len(want)))
+            traffic.wait_acked(traffic.acked() + 100, f"node {node.node_id} was back on {TO}")
+        prod = traffic.stop()
+    except BaseException:
+        traffic.abandon()
+        raise
 
     acked_vals = prod["acked"]
     print(f"rolling upgrade: {len(acked_vals)} acknowledged, {len(prod['failed'])} failed; steps {steps}")
-    expect.write_text("\n".join(acked_vals) + "\n")
-    try:
-        cons = last_json(consumer.wait(timeout=150), "background consumer")
-    finally:
-        consumer.stop()
+    cons = traffic.consumed(acked_vals)
     missing = sorted(set(acked_vals) - {r["value"] for r in cons["records"]})
     assert not missing, f"{len(missing)} acknowledged records never consumed: {missing[:10]}"
 

@@ -50,7 +50,7 @@ def span(versions: list[int]) -> str:
 def table() -> str:
     rows = [
         "| release | metadata.version, stable | newer levels, not stable | features, stable levels "
-        "| API keys a broker offers | new since the release before | responses naming brokers (rewritten) |",
+        "| API keys a broker offers | new since the release before | responses naming Kafka nodes |",
         "|---|---|---|---|---|---|---|",
     ]
     previous: dict[int, dict] = {}
