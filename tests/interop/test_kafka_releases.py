@@ -173,10 +173,10 @@ def describe_lines(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("release", ["4.1.1", RELEASE])
-def test_a_standalone_kshim_is_the_release_it_is_told(release, request, kshim_factory):
+def test_a_standalone_kshim_is_the_release_it_is_told(release, broker, broker_4_1, kshim_factory):
     """kafka-features.sh of the release describes a standalone kshim with `kafka_release`
     set to it line for line as it describes a freshly formatted broker of that release."""
-    broker = request.getfixturevalue("broker_4_1" if release == "4.1.1" else "broker")
+    broker = broker_4_1 if release == "4.1.1" else broker
     jars = None if release == "4.1.1" else ke.release_jars(release)
     minor = release.rsplit(".", 1)[0]
     kshim = kshim_factory(f'kafka_release = "{minor}"\n')
