@@ -137,7 +137,7 @@ pub fn forwardable_versions(key: i16, min: i16, max: i16) -> Option<(i16, i16)> 
 /// A request whose API key no Kafka release kshim has data for defines,
 /// forwarded as bytes and its response passed on unread
 /// (`upstream.unknown_api_keys = "forward"`). Logged once per key.
-pub fn plan_unknown(peek: HeaderPeek, frame: Bytes, peer: &str) -> Action {
+pub fn plan_unknown(peek: HeaderPeek, frame: Bytes, peer: &super::Peer) -> Action {
     static SEEN: std::sync::Mutex<std::collections::BTreeSet<i16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     let first = SEEN
@@ -147,9 +147,11 @@ pub fn plan_unknown(peek: HeaderPeek, frame: Bytes, peer: &str) -> Action {
     if first {
         tracing::warn!(
             api_key = peek.api_key,
-            "forwarding API key {} (first from {peer}), which no Kafka release kshim has data for defines, \
+            "forwarding API key {} (first from {} {}), which no Kafka release kshim has data for defines, \
              as bytes: upstream.unknown_api_keys = \"forward\"; its responses are not rewritten",
-            peek.api_key
+            peek.api_key,
+            peer.principal,
+            peer.addr
         );
     }
     Action::Forward(Forward {

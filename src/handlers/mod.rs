@@ -190,8 +190,7 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Acti
                 return forward::plan(peek, request.frame);
             }
             if upstream.link.unknown_api_keys == crate::upstream::UnknownApiKeys::Forward {
-                let who = format!("{} {}", peer.principal, peer.addr);
-                return forward::plan_unknown(peek, request.frame, &who);
+                return forward::plan_unknown(peek, request.frame, peer);
             }
         }
         return Action::Close(format!("unknown API key {}", peek.api_key));
