@@ -462,6 +462,7 @@ async fn audit_new_brokers(context: &Context, upstream: &Upstream, audited: &mut
             version,
             &keys,
             &upstream.link,
+            None,
             deadline,
         )
         .await

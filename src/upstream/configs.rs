@@ -9,6 +9,7 @@ use super::cluster::{control_connection, ClusterView};
 use super::link::LinkSettings;
 use super::UpstreamError;
 use crate::client::{negotiate, KafkaClient};
+use crate::protocol::apis::{decode_describe_quorum, describe_quorum_request, DESCRIBE_QUORUM_VERSION};
 use crate::policy::{ConfigResource, ReportedConfig};
 pub use crate::protocol::apis::{decode_describe_configs, DescribedConfig, DescribedResource};
 use crate::protocol::errors;
@@ -192,12 +193,6 @@ pub async fn audit_configs(
             reason: "no broker is known".into(),
         });
     }
-    let mut reported = Vec::new();
-    // A broker's static configs are known to that broker alone.
-    for (&id, broker) in &view.brokers {
-        reported
-            .extend(broker_configs(id, &broker.address(), version, keys, link, deadline).await?);
-    }
     let live: Vec<String> = view
         .brokers
         .iter()
@@ -205,6 +200,15 @@ pub async fn audit_configs(
         .map(|(_, b)| b.address())
         .collect();
     let mut client = control_connection(&live, link).await?;
+    let committed = committed_offset(&mut client).await?;
+    applied_through(&mut client, committed, deadline).await?;
+    let mut reported = Vec::new();
+    // A broker's static configs are known to that broker alone.
+    for (&id, broker) in &view.brokers {
+        let address = broker.address();
+        let read = Some(committed);
+        reported.extend(broker_configs(id, &address, version, keys, link, read, deadline).await?);
+    }
     let topics = topic_names(&mut client, view).await?;
     let topic_keys: Vec<String> = keys
         .iter()
@@ -227,13 +231,15 @@ pub async fn audit_configs(
 }
 
 /// Broker `id`'s effective values of `keys`, asked of that broker itself,
-/// within the link's connect timeout and `deadline`.
+/// within the link's connect timeout and `deadline`; with `applied`, once the
+/// broker has applied the metadata log up to that offset (`applied_through`).
 pub async fn broker_configs(
     id: i32,
     address: &str,
     version: i16,
     keys: &[String],
     link: &LinkSettings,
+    applied: Option<i64>,
     deadline: std::time::Instant,
 ) -> Result<Vec<ReportedConfig>, UpstreamError> {
     let limit = link
@@ -241,6 +247,9 @@ pub async fn broker_configs(
         .min(deadline.saturating_duration_since(std::time::Instant::now()));
     let ask = async {
         let mut client = control_connection(&[address.to_owned()], link).await?;
+        if let Some(offset) = applied {
+            applied_through(&mut client, offset, deadline).await?;
+        }
         describe(
             &mut client,
             version,
@@ -276,6 +285,90 @@ pub async fn broker_configs(
             })
         })
         .collect())
+}
+
+/// The offset of the last metadata record the controller has committed.
+///
+/// A config change that passed kshim's fence before an audit was answered by the
+/// controller once committed, but each broker applies the metadata log a moment
+/// later: asked too soon, a broker describes the cluster without it (a topic just
+/// created, a value just set). So an audit reads only from brokers that have
+/// applied everything committed when it began. The broker passes the request to
+/// the active controller; it needs DESCRIBE on the cluster.
+async fn committed_offset(client: &mut KafkaClient) -> Result<i64, UpstreamError> {
+    let target = client.addr().to_owned();
+    let raw = client
+        .request(
+            ApiKey::DescribeQuorum,
+            DESCRIBE_QUORUM_VERSION,
+            &describe_quorum_request(),
+        )
+        .await
+        .map_err(|e| UpstreamError::Broken {
+            target: target.clone(),
+            reason: e.to_string(),
+        })?;
+    let quorum = decode_describe_quorum(&raw)
+        .map_err(|e| protocol(&target, format!("unreadable DescribeQuorum response: {e}")))?;
+    if quorum.error_code != errors::NONE {
+        let hint = if quorum.error_code == errors::ResponseError::ClusterAuthorizationFailed.code() {
+            " (kshim's upstream principal needs DESCRIBE on the cluster)"
+        } else {
+            ""
+        };
+        return Err(protocol(
+            &target,
+            format!(
+                "the metadata log's committed offset could not be read: DescribeQuorum answered {}{hint}",
+                errors::name(quorum.error_code)
+            ),
+        ));
+    }
+    Ok(quorum.high_watermark - 1)
+}
+
+/// Waits until the broker behind `client` has applied the metadata log up to
+/// `offset`. A KRaft broker's finalized-features epoch (ApiVersions) is the
+/// offset of the metadata image it serves.
+async fn applied_through(
+    client: &mut KafkaClient,
+    offset: i64,
+    deadline: std::time::Instant,
+) -> Result<(), UpstreamError> {
+    let target = client.addr().to_owned();
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        let (_, answer) = client
+            .api_versions()
+            .await
+            .map_err(|e| UpstreamError::Broken {
+                target: target.clone(),
+                reason: e.to_string(),
+            })?;
+        let applied = answer.features.epoch;
+        if applied >= offset {
+            return Ok(());
+        }
+        if applied < 0 {
+            return Err(protocol(
+                &target,
+                "its ApiVersions answer carries no finalized-features epoch, so kshim cannot tell \
+                 whether it has applied the latest config changes"
+                    .into(),
+            ));
+        }
+        if std::time::Instant::now() + pause >= deadline {
+            return Err(protocol(
+                &target,
+                format!(
+                    "it has applied the metadata log up to offset {applied}, not yet to {offset}, \
+                     the last committed record"
+                ),
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(100));
+    }
 }
 
 /// The names of every topic, internal ones included.

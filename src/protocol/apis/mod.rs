@@ -8,6 +8,7 @@
 mod add_partitions_to_txn;
 mod create_topics;
 mod describe_configs;
+mod describe_quorum;
 mod end_txn;
 mod fetch;
 mod find_coordinator;
@@ -22,6 +23,7 @@ pub use super::records::ProducerIdentity;
 pub use add_partitions_to_txn::*;
 pub use create_topics::*;
 pub use describe_configs::*;
+pub use describe_quorum::*;
 pub use end_txn::*;
 pub use fetch::*;
 pub use find_coordinator::*;

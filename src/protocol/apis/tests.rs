@@ -23,12 +23,14 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, BrokerId, CreateTopicsRequest, EndTxnRequest, FetchRequest,
+    AddPartitionsToTxnRequest, BrokerId, CreateTopicsRequest, DescribeQuorumRequest, EndTxnRequest,
+    FetchRequest,
     FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
     ProduceRequest, ProducerId,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnResponse, CreateTopicsResponse, EndTxnResponse, FetchResponse,
+    AddPartitionsToTxnResponse, CreateTopicsResponse, DescribeQuorumResponse, EndTxnResponse,
+    FetchResponse,
     FindCoordinatorResponse, InitProducerIdResponse, ListOffsetsResponse, MetadataResponse,
     ProduceResponse,
 };
@@ -175,6 +177,46 @@ fn find_coordinator_decodes() {
         FIND_COORDINATOR_VERSION,
     );
     assert!(decode_find_coordinator(&empty).is_err());
+}
+
+fn describe_quorum_sample() -> Bytes {
+    use kafka_protocol::messages::describe_quorum_response::{PartitionData, ReplicaState, TopicData};
+    let replica = |id: i32, end: i64| {
+        ReplicaState::default()
+            .with_replica_id(BrokerId(id))
+            .with_log_end_offset(end)
+    };
+    let r = DescribeQuorumResponse::default().with_topics(vec![TopicData::default()
+        .with_topic_name(topic_name(METADATA_TOPIC))
+        .with_partitions(vec![PartitionData::default()
+            .with_leader_id(BrokerId(3000))
+            .with_leader_epoch(4)
+            .with_high_watermark(1234)
+            .with_current_voters(vec![replica(3000, 1234)])
+            .with_observers(vec![replica(1, 1230), replica(2, 1234)])])]);
+    wire(&r, DESCRIBE_QUORUM_VERSION)
+}
+
+#[test]
+fn describe_quorum_decodes() {
+    assert_eq!(
+        decode_describe_quorum(&describe_quorum_sample()).unwrap(),
+        QuorumState {
+            error_code: 0,
+            high_watermark: 1234
+        }
+    );
+    // Refused (CLUSTER_AUTHORIZATION_FAILED) with no topic.
+    let refused = wire(
+        &DescribeQuorumResponse::default().with_error_code(31),
+        DESCRIBE_QUORUM_VERSION,
+    );
+    assert_eq!(decode_describe_quorum(&refused).unwrap().error_code, 31);
+    let empty = wire(&DescribeQuorumResponse::default(), DESCRIBE_QUORUM_VERSION);
+    assert!(decode_describe_quorum(&empty).is_err());
+    // The request reads back as kafka-protocol writes it.
+    let request: DescribeQuorumRequest = read_back(describe_quorum_request(), DESCRIBE_QUORUM_VERSION);
+    assert_eq!(request.topics[0].topic_name.0.as_str(), METADATA_TOPIC);
 }
 
 fn init_producer_id_sample() -> Bytes {
@@ -525,6 +567,7 @@ fn decode_all(body: &Bytes) {
     let _ = decode_produce(body);
     let _ = decode_end_txn(body);
     let _ = decode_list_offsets(body);
+    let _ = decode_describe_quorum(body);
     let _ = decode_fetch(body);
     let _ = decode_batches(body);
 }
@@ -539,6 +582,7 @@ fn samples() -> Vec<Bytes> {
         produce_sample(),
         end_txn_sample(),
         list_offsets_sample(),
+        describe_quorum_sample(),
         fetch_sample(encode_batch(Some(PRODUCER), 0, true, 1, &sample_records())),
     ]
 }
@@ -551,7 +595,7 @@ proptest! {
 
     #[test]
     fn edited_responses_never_panic(
-        which in 0usize..9,
+        which in 0usize..10,
         edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
         cut in any::<prop::sample::Index>(),
     ) {
