@@ -2,7 +2,7 @@
 //! rewriting of every response that names brokers (`protocol::rewrite`), the
 //! response header it skips to reach a body, the discovery decoders
 //! (`upstream::cluster` Metadata brokers, `upstream::configs` DescribeConfigs and
-//! Metadata topics), the ApiVersions answer decoder, and the CLI client's
+//! Metadata topics, the audit's DescribeQuorum), the ApiVersions answer decoder, and the CLI client's
 //! UpdateFeatures answer decoder.
 //!
 //! Input: a selector byte, a version byte (read as a signed number), then the
@@ -66,6 +66,7 @@ const METADATA_DISCOVERY: u8 = 8;
 const DESCRIBE_CONFIGS: u8 = 9;
 const API_VERSIONS: u8 = 10;
 const UPDATE_FEATURES: u8 = 11;
+const DESCRIBE_QUORUM: u8 = 12;
 
 const FRAME: u8 = 0x40;
 const EVERY_NODE: u8 = 0x80;
@@ -168,6 +169,9 @@ fuzz_target!(
             }
             UPDATE_FEATURES => {
                 let _ = kshim::client::decode_update_features_response(version, rest);
+            }
+            DESCRIBE_QUORUM => {
+                let _ = kshim::protocol::apis::decode_describe_quorum(rest);
             }
             _ => {}
         }
@@ -369,6 +373,25 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
             v,
             encode(&d, v),
         );
+    }
+    {
+        use kafka_protocol::messages::describe_quorum_response::{
+            PartitionData as QuorumPartition, ReplicaState, TopicData,
+        };
+        let replica = |id: i32| {
+            ReplicaState::default()
+                .with_replica_id(BrokerId(id))
+                .with_log_end_offset(41)
+        };
+        let quorum = kafka_protocol::messages::DescribeQuorumResponse::default().with_topics(vec![
+            TopicData::default()
+                .with_topic_name(TopicName(text("__cluster_metadata")))
+                .with_partitions(vec![QuorumPartition::default()
+                    .with_high_watermark(42)
+                    .with_current_voters(vec![replica(3000)])
+                    .with_observers(vec![replica(1), replica(2)])]),
+        ]);
+        add("describequorum-v0".into(), DESCRIBE_QUORUM, 0, encode(&quorum, 0));
     }
     // A response frame: correlation id, empty header tags, then the body.
     if let Some(body) = encode(

@@ -9,9 +9,11 @@ use super::cluster::{control_connection, ClusterView};
 use super::link::LinkSettings;
 use super::UpstreamError;
 use crate::client::{negotiate, KafkaClient};
-use crate::protocol::apis::{decode_describe_quorum, describe_quorum_request, DESCRIBE_QUORUM_VERSION};
 use crate::policy::{ConfigResource, ReportedConfig};
 pub use crate::protocol::apis::{decode_describe_configs, DescribedConfig, DescribedResource};
+use crate::protocol::apis::{
+    decode_describe_quorum, describe_quorum_request, DESCRIBE_QUORUM_VERSION,
+};
 use crate::protocol::errors;
 use crate::protocol::CodecError;
 use bytes::BytesMut;
@@ -311,7 +313,8 @@ async fn committed_offset(client: &mut KafkaClient) -> Result<i64, UpstreamError
     let quorum = decode_describe_quorum(&raw)
         .map_err(|e| protocol(&target, format!("unreadable DescribeQuorum response: {e}")))?;
     if quorum.error_code != errors::NONE {
-        let hint = if quorum.error_code == errors::ResponseError::ClusterAuthorizationFailed.code() {
+        let hint = if quorum.error_code == errors::ResponseError::ClusterAuthorizationFailed.code()
+        {
             " (kshim's upstream principal needs DESCRIBE on the cluster)"
         } else {
             ""

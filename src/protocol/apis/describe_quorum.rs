@@ -53,7 +53,11 @@ pub fn decode_describe_quorum(body: &[u8]) -> Result<QuorumState, CodecError> {
             }
             skip_tags(&mut r, "partition tags")?;
             first.get_or_insert(QuorumState {
-                error_code: if top_error != 0 { top_error } else { error_code },
+                error_code: if top_error != 0 {
+                    top_error
+                } else {
+                    error_code
+                },
                 high_watermark,
             });
         }

@@ -24,15 +24,13 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, BrokerId, CreateTopicsRequest, DescribeQuorumRequest, EndTxnRequest,
-    FetchRequest,
-    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
-    ProduceRequest, ProducerId,
+    FetchRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, ProduceRequest, ProducerId,
 };
 use kafka_protocol::messages::{
     AddPartitionsToTxnResponse, CreateTopicsResponse, DescribeQuorumResponse, EndTxnResponse,
-    FetchResponse,
-    FindCoordinatorResponse, InitProducerIdResponse, ListOffsetsResponse, MetadataResponse,
-    ProduceResponse,
+    FetchResponse, FindCoordinatorResponse, InitProducerIdResponse, ListOffsetsResponse,
+    MetadataResponse, ProduceResponse,
 };
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::protocol::Encodable;
@@ -180,7 +178,9 @@ fn find_coordinator_decodes() {
 }
 
 fn describe_quorum_sample() -> Bytes {
-    use kafka_protocol::messages::describe_quorum_response::{PartitionData, ReplicaState, TopicData};
+    use kafka_protocol::messages::describe_quorum_response::{
+        PartitionData, ReplicaState, TopicData,
+    };
     let replica = |id: i32, end: i64| {
         ReplicaState::default()
             .with_replica_id(BrokerId(id))
@@ -215,7 +215,8 @@ fn describe_quorum_decodes() {
     let empty = wire(&DescribeQuorumResponse::default(), DESCRIBE_QUORUM_VERSION);
     assert!(decode_describe_quorum(&empty).is_err());
     // The request reads back as kafka-protocol writes it.
-    let request: DescribeQuorumRequest = read_back(describe_quorum_request(), DESCRIBE_QUORUM_VERSION);
+    let request: DescribeQuorumRequest =
+        read_back(describe_quorum_request(), DESCRIBE_QUORUM_VERSION);
     assert_eq!(request.topics[0].topic_name.0.as_str(), METADATA_TOPIC);
 }
 
