@@ -466,7 +466,7 @@ fn peer() -> Arc<Peer> {
 
 async fn answer(ctx: &Arc<Context>, request: &Fixture) -> Bytes {
     let incoming = kshim::protocol::Incoming::parse(request.frame()).expect("a request header");
-    match dispatch(ctx, &peer(), incoming).settle().await {
+    match dispatch(ctx, &peer(), None, incoming).settle().await {
         Action::Respond(frame) => frame,
         other => panic!("{}: kshim did not answer: {other:?}", request.file),
     }

@@ -429,7 +429,7 @@ async fn mutated_frames_never_panic_or_corrupt_the_state() {
         let Ok(incoming) = Incoming::parse(Bytes::from(seed_frame)) else {
             continue;
         };
-        if let Action::Respond(frame) = dispatch(&ctx, &peer, incoming).settle().await {
+        if let Action::Respond(frame) = dispatch(&ctx, &peer, None, incoming).settle().await {
             answer_bodies.push(frame[8..].to_vec());
         }
     }
@@ -459,7 +459,7 @@ async fn mutated_frames_never_panic_or_corrupt_the_state() {
             closed += 1;
             continue;
         };
-        let action = AssertUnwindSafe(dispatch(&ctx, &peer, incoming).settle())
+        let action = AssertUnwindSafe(dispatch(&ctx, &peer, None, incoming).settle())
             .catch_unwind()
             .await;
         match action {

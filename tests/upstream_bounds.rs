@@ -122,3 +122,103 @@ async fn brokers_that_never_answer_cost_one_deadline_not_one_each() {
     let _ = kshim.stop.send(true);
     println!("refreshes with 19 silent brokers: {first_refresh:?}, {second_refresh:?}");
 }
+
+/// A broker offering an API key that no Kafka release kshim has data for
+/// defines (a fork's own API, or a release newer than kshim's data): hidden by
+/// default, and a request for it closes its connection; with
+/// `upstream.unknown_api_keys = "forward"` offered at the broker's versions and
+/// forwarded byte for byte, its answer passed on unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_key_no_release_defines_is_hidden_or_forwarded_as_bytes() {
+    use kshim::upstream::UnknownApiKeys;
+    use support::fake_broker::Reply;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const KEY: i16 = 4000;
+    const ANSWER: &[u8] = b"\x00\x00\x00\x07fork answer";
+    let broker = FakeBroker::builder()
+        .apis(&[(3, 0, 12), (18, 0, 4), (KEY, 0, 2)])
+        .on_request(|req| match req.api_key {
+            KEY => Reply::Body(bytes::Bytes::from_static(ANSWER)),
+            _ => Reply::Default,
+        })
+        .start()
+        .await;
+    for (mode, forwarded) in [
+        (UnknownApiKeys::Hide, false),
+        (UnknownApiKeys::Forward, true),
+    ] {
+        broker.clear_received();
+        let kshim = start_proxy(format!("127.0.0.1:{}", broker.port), 100, |c| {
+            c.upstream.as_mut().unwrap().unknown_api_keys = mode;
+        })
+        .await;
+        // ApiVersions, once kshim knows the broker's APIs (Metadata up to v12).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let apis = loop {
+            let mut c = KafkaClient::connect(&kshim.addr, Duration::from_secs(2))
+                .await
+                .expect("kshim accepts");
+            let (_, answer) = c.api_versions().await.expect("kshim answers");
+            let known = answer.apis.iter().any(|a| a.api_key == 3 && a.max == 12);
+            if known || Instant::now() > deadline {
+                break answer.apis;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let offered: Vec<_> = apis
+            .iter()
+            .filter(|a| a.api_key == KEY)
+            .map(|a| (a.min, a.max))
+            .collect();
+        assert_eq!(
+            offered,
+            if forwarded { vec![(0, 2)] } else { vec![] },
+            "{mode:?}"
+        );
+
+        // A v1 request for the key (header v1: no tagged fields).
+        let body = b"opaque request bytes";
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&KEY.to_be_bytes());
+        frame.extend_from_slice(&1i16.to_be_bytes());
+        frame.extend_from_slice(&77i32.to_be_bytes());
+        frame.extend_from_slice(&4i16.to_be_bytes());
+        frame.extend_from_slice(b"fork");
+        frame.extend_from_slice(body);
+        let mut socket = tokio::net::TcpStream::connect(&kshim.addr).await.unwrap();
+        socket
+            .write_all(&[(frame.len() as i32).to_be_bytes().as_slice(), &frame].concat())
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            let mut size = [0u8; 4];
+            if socket.read_exact(&mut size).await.is_ok() {
+                answer.resize(i32::from_be_bytes(size) as usize, 0);
+                socket.read_exact(&mut answer).await.unwrap();
+            }
+        })
+        .await
+        .expect("kshim answers or closes within 5 s");
+        let reached: Vec<_> = broker
+            .received()
+            .into_iter()
+            .filter(|r| r.api_key == KEY)
+            .map(|r| (r.version, r.correlation_id, r.client_id, r.body))
+            .collect();
+        if forwarded {
+            assert_eq!(answer, [77i32.to_be_bytes().as_slice(), ANSWER].concat());
+            assert_eq!(reached.len(), 1, "{reached:?}");
+            let (version, _, client_id, got) = &reached[0];
+            assert_eq!(
+                (*version, client_id.as_deref(), &got[..]),
+                (1, Some("fork"), &body[..])
+            );
+        } else {
+            assert!(answer.is_empty(), "hidden, yet answered: {answer:?}");
+            assert!(reached.is_empty(), "hidden, yet forwarded: {reached:?}");
+        }
+        let _ = kshim.stop.send(true);
+    }
+}

@@ -134,26 +134,60 @@ pub fn forwardable_versions(key: i16, min: i16, max: i16) -> Option<(i16, i16)> 
     Some((lo, hi))
 }
 
-/// A request whose API key no Kafka release kshim has data for defines,
-/// forwarded as bytes and its response passed on unread
-/// (`upstream.unknown_api_keys = "forward"`). Logged once per key.
-pub fn plan_unknown(peek: HeaderPeek, frame: Bytes, peer: &super::Peer) -> Action {
-    static SEEN: std::sync::Mutex<std::collections::BTreeSet<i16>> =
+/// How many (key, client software) pairs `log_unknown_key` remembers: client
+/// software names come from the clients, so the set is bounded.
+const UNKNOWN_KEYS_LOGGED: usize = 1024;
+
+/// Logs, once per API key and client software, a request whose key no Kafka
+/// release kshim has data for defines, and what `upstream.unknown_api_keys`
+/// does with it. Says whether it logged.
+pub fn log_unknown_key(
+    api_key: i16,
+    software: Option<&crate::protocol::api_versions::ClientSoftware>,
+    peer: &super::Peer,
+    forwarded: bool,
+) -> bool {
+    static SEEN: std::sync::Mutex<std::collections::BTreeSet<(i16, String)>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let label = software.map_or_else(
+        || "unknown".to_owned(),
+        |s| format!("{}/{}", s.name, s.version),
+    );
     let first = SEEN
         .lock()
-        .map(|mut seen| seen.insert(peek.api_key))
+        .map(|mut seen| seen.len() < UNKNOWN_KEYS_LOGGED && seen.insert((api_key, label.clone())))
         .unwrap_or(false);
-    if first {
+    if !first {
+        return false;
+    }
+    if forwarded {
         tracing::warn!(
-            api_key = peek.api_key,
-            "forwarding API key {} (first from {} {}), which no Kafka release kshim has data for defines, \
-             as bytes: upstream.unknown_api_keys = \"forward\"; its responses are not rewritten",
-            peek.api_key,
+            api_key,
+            software = %label,
+            "forwarding API key {api_key} from client software {label} (first from {} {}), which no \
+             Kafka release kshim has data for defines, as bytes: upstream.unknown_api_keys = \
+             \"forward\"; its responses are not rewritten",
+            peer.principal,
+            peer.addr
+        );
+    } else {
+        tracing::warn!(
+            api_key,
+            software = %label,
+            "closing the connections that send API key {api_key} from client software {label} \
+             (first from {} {}): no Kafka release kshim has data for defines it, and \
+             upstream.unknown_api_keys = \"hide\"",
             peer.principal,
             peer.addr
         );
     }
+    true
+}
+
+/// A request whose API key no Kafka release kshim has data for defines,
+/// forwarded as bytes and its response passed on unread
+/// (`upstream.unknown_api_keys = "forward"`).
+pub fn plan_unknown(peek: HeaderPeek, frame: Bytes) -> Action {
     Action::Forward(Forward {
         frame,
         correlation_id: peek.correlation_id,
@@ -201,6 +235,37 @@ pub fn plan(peek: HeaderPeek, frame: Bytes) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_key_is_logged_once_per_key_and_client_software() {
+        use crate::protocol::api_versions::ClientSoftware;
+        let peer = crate::handlers::Peer {
+            addr: "127.0.0.1:5000".parse().unwrap(),
+            principal: crate::handlers::ANONYMOUS.into(),
+            route: crate::upstream::Route::Bootstrap,
+            tls: false,
+        };
+        let software = |name: &str| ClientSoftware {
+            name: name.into(),
+            version: "1.0".into(),
+        };
+        let (a, b) = (software("fork-client"), software("other-client"));
+        assert!(log_unknown_key(4001, Some(&a), &peer, true));
+        assert!(
+            !log_unknown_key(4001, Some(&a), &peer, false),
+            "the same key and software again"
+        );
+        assert!(
+            log_unknown_key(4001, Some(&b), &peer, true),
+            "another client software"
+        );
+        assert!(log_unknown_key(4002, Some(&a), &peer, true), "another key");
+        assert!(
+            log_unknown_key(4001, None, &peer, true),
+            "a client that named no software"
+        );
+        assert!(!log_unknown_key(4001, None, &peer, true));
+    }
     use bytes::{BufMut, BytesMut};
 
     fn produce(version: i16, acks: i16) -> Bytes {

@@ -180,7 +180,12 @@ impl From<Result<Bytes, HandlerError>> for Action {
 /// Routes one request frame to its handler: kshim answers ApiVersions and
 /// UpdateFeatures itself; in front of a cluster everything else is forwarded,
 /// and a standalone kshim answers Metadata and DescribeCluster too.
-pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Action {
+pub fn dispatch(
+    ctx: &Arc<Context>,
+    peer: &Arc<Peer>,
+    software: Option<&crate::protocol::api_versions::ClientSoftware>,
+    request: Incoming,
+) -> Action {
     let peek = request.header;
     let Some(api) = peek.known_api_key() else {
         // An API newer than kshim's Kafka library: forwarded when the newest
@@ -189,8 +194,11 @@ pub fn dispatch(ctx: &Arc<Context>, peer: &Arc<Peer>, request: Incoming) -> Acti
             if crate::releases::newest().api(peek.api_key).is_some() {
                 return forward::plan(peek, request.frame);
             }
-            if upstream.link.unknown_api_keys == crate::upstream::UnknownApiKeys::Forward {
-                return forward::plan_unknown(peek, request.frame, peer);
+            let forwarded =
+                upstream.link.unknown_api_keys == crate::upstream::UnknownApiKeys::Forward;
+            let _ = forward::log_unknown_key(peek.api_key, software, peer, forwarded);
+            if forwarded {
+                return forward::plan_unknown(peek, request.frame);
             }
         }
         return Action::Close(format!("unknown API key {}", peek.api_key));

@@ -317,8 +317,10 @@ impl Session {
             )
         });
         let action = match &span {
-            Some(span) => span.in_scope(|| dispatch(&self.ctx, &self.peer, request)),
-            None => dispatch(&self.ctx, &self.peer, request),
+            Some(span) => {
+                span.in_scope(|| dispatch(&self.ctx, &self.peer, self.software.as_ref(), request))
+            }
+            None => dispatch(&self.ctx, &self.peer, self.software.as_ref(), request),
         };
         match (action, span) {
             (Action::Forward(mut fw), _) if reads_sasl => {
