@@ -25,8 +25,10 @@ GO_DIR="$ROOT/tests/interop/go"
 # RUSTC_BOOTSTRAP=1 (scripts/fuzz.sh), so no nightly toolchain is needed.
 CARGO_FUZZ_VERSION="0.13.2"
 
+# pytest 8: pytest-xdist 3.8 keeps a test's --dist loadgroup group in its node id, which
+# pytest 9 no longer lets a plugin change; under pytest 9 every test is a group of its own.
 PY_PACKAGES=(
-  "pytest==9.2.0"
+  "pytest==8.4.2"
   "pytest-xdist==3.8.0"
   "kafka-python==3.0.12"
   "confluent-kafka==2.16.1"

@@ -31,7 +31,10 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return refuse_command_line(e),
+    };
     let log = init_logging(&cli.command);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -51,11 +54,35 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(0) => std::process::ExitCode::SUCCESS,
         Ok(code) => std::process::ExitCode::from(code),
-        Err(e) => {
-            eprintln!("kshim: {}", chain_once(&e));
-            std::process::ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<cli::features::CommandLineError>() {
+            Some(usage) => usage_error(usage),
+            None => {
+                eprintln!("kshim: {}", chain_once(&e));
+                std::process::ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// A command line clap refuses: `kshim features` words it as kafka-features.sh
+/// does; everything else as clap does (which also prints help and version).
+fn refuse_command_line(e: clap::Error) -> std::process::ExitCode {
+    let features = std::env::args().nth(1).as_deref() == Some("features");
+    match features
+        .then(|| cli::features::command_line_error(&e))
+        .flatten()
+    {
+        Some(usage) => usage_error(&usage),
+        None => e.exit(),
+    }
+}
+
+/// kafka-features.sh prints its command-line errors without a final newline.
+fn usage_error(usage: &cli::features::CommandLineError) -> std::process::ExitCode {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{usage}").and_then(|()| err.flush());
+    std::process::ExitCode::FAILURE
 }
 
 /// Colour only on a terminal, and never with NO_COLOR set (no-color.org).

@@ -513,12 +513,13 @@ def cds_args() -> list[str]:
 
 
 def _filter_noise(text: str) -> str:
-    keep = [
+    """The text without SLF4J's lines, byte for byte otherwise (a missing final newline
+    stays missing: Kafka's tools print their command-line errors without one)."""
+    return "".join(
         line
-        for line in text.splitlines()
+        for line in text.splitlines(keepends=True)
         if not line.startswith("SLF4J:") and not line.startswith("SLF4J(")
-    ]
-    return "\n".join(keep) + ("\n" if keep else "")
+    )
 
 
 @dataclass

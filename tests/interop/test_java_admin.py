@@ -713,6 +713,48 @@ def test_kshim_features_against_the_broker(kafka_broker, kshim_binary):
         assert ours == theirs, f"{args}:\nkshim features: {ours}\nkafka-features.sh: {theirs}"
 
 
+def test_kshim_features_against_the_controller(kafka_broker, kshim_binary):
+    """`describe --bootstrap-controller`: both tools ask the shared node's KRaft controller
+    listener directly (KIP-919) and print the same lines."""
+    controller = f"127.0.0.1:{kafka_broker.nodes[0].controller_port}"
+    args = ["--bootstrap-controller", controller, "describe"]
+    res = ke.tool_server("org.apache.kafka.tools.FeatureCommand", ke.release_jars(TOOL_RELEASE)).run(args, 60)
+    cp = subprocess.run([str(kshim_binary), "features", *args], capture_output=True, text=True, timeout=60,
+                        stdin=subprocess.DEVNULL)
+    assert "Feature: metadata.version" in res.stdout, res
+    assert (cp.returncode, mask(cp.stdout), cp.stderr) == (res.rc, mask(res.stdout), res.stderr)
+
+
+# Command-line mistakes, refused before any server is asked, in Kafka's parser's words
+# (no final newline, exit status 1).
+USAGE_STEPS = [
+    [],
+    ["describe"],
+    ["upgrade", "--feature", "group.version=1"],
+    ["--bootstrap-server", "127.0.0.1:1"],
+    ["--bootstrap-server", "127.0.0.1:1", "bogus"],
+    ["--bootstrap-server", "127.0.0.1:1", "describe", "--bogus"],
+    ["--bogus", "describe"],
+    ["--bootstrap-server", "127.0.0.1:1", "upgrade", "--feature"],
+    ["--bootstrap-server", "127.0.0.1:1", "describe", "--node-id", "abc"],
+    ["--bootstrap-server", "127.0.0.1:1", "--bootstrap-controller", "127.0.0.1:2", "describe"],
+    ["--bootstrap-controller", "127.0.0.1:2", "--bootstrap-server", "127.0.0.1:1", "describe"],
+    ["--bootstrap-server", "127.0.0.1:1", "feature-dependencies"],
+    ["version-mapping", "--bogus"],
+]
+
+
+def test_kshim_features_command_line_mistakes_match_kafka_features(kshim_binary):
+    tool = ke.tool_server("org.apache.kafka.tools.FeatureCommand", ke.release_jars(TOOL_RELEASE))
+    for args in USAGE_STEPS:
+        res = tool.run(args, 60)
+        cp = subprocess.run([str(kshim_binary), "features", *args], capture_output=True, text=True, timeout=30,
+                            stdin=subprocess.DEVNULL)
+        theirs = (res.rc, res.stdout, res.stderr)
+        assert theirs[0] == 1 and theirs[2].startswith("Command line error: "), f"{args}: {theirs}"
+        assert (cp.returncode, cp.stdout, cp.stderr) == theirs, f"{args}:\nkshim features: {cp}\nkafka-features.sh: {theirs}"
+
+
 # The offline lookups: no server is asked; the same lines as Kafka 4.4.0's tool.
 OFFLINE_STEPS = [
     ["version-mapping"],
