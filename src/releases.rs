@@ -92,6 +92,16 @@ impl ApiDefinition {
     }
 }
 
+/// API versions a client uses only once a feature is finalized at a level.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+pub struct FeatureApi {
+    pub feature: String,
+    pub level: i16,
+    pub key: i16,
+    /// The lowest version of the API that needs the level.
+    pub min_version: i16,
+}
+
 /// One release's data.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Release {
@@ -107,6 +117,10 @@ pub struct Release {
     pub features: Vec<FeatureDefinition>,
     /// Every feature name the release defines, test features included.
     pub all_feature_names: Vec<String>,
+    /// The API versions that need a feature level: the group protocols' APIs
+    /// (KIP-848, KIP-932, KIP-1071) and the transaction protocol's versions
+    /// (KIP-890).
+    pub feature_apis: Vec<FeatureApi>,
 }
 
 impl Release {
@@ -161,6 +175,31 @@ pub fn releases() -> &'static [Release] {
     })
 }
 
+/// The API versions that need a feature level, in any release kshim has data
+/// for: per feature, level and API, the lowest version any release names (a
+/// release that removed an API's first versions still meets clients that use
+/// them).
+pub fn feature_apis() -> &'static [FeatureApi] {
+    static ALL: OnceLock<Vec<FeatureApi>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut lowest: BTreeMap<(String, i16, i16), i16> = BTreeMap::new();
+        for entry in releases().iter().flat_map(|r| &r.feature_apis) {
+            let at = (entry.feature.clone(), entry.level, entry.key);
+            let min = lowest.entry(at).or_insert(entry.min_version);
+            *min = (*min).min(entry.min_version);
+        }
+        lowest
+            .into_iter()
+            .map(|((feature, level, key), min_version)| FeatureApi {
+                feature,
+                level,
+                key,
+                min_version,
+            })
+            .collect()
+    })
+}
+
 /// The newest release kshim has data for.
 pub fn newest() -> &'static Release {
     releases().last().expect("at least one release")
@@ -182,6 +221,40 @@ mod tests {
                 release.release
             );
         }
+    }
+
+    #[test]
+    fn feature_levels_gate_the_group_and_transaction_protocols() {
+        let gated = |feature: &str| -> Vec<(i16, i16, i16)> {
+            feature_apis()
+                .iter()
+                .filter(|e| e.feature == feature)
+                .map(|e| (e.level, e.key, e.min_version))
+                .collect()
+        };
+        // ConsumerGroupHeartbeat, ConsumerGroupDescribe.
+        assert_eq!(gated("group.version"), [(1, 68, 0), (1, 69, 0)]);
+        // ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge.
+        assert_eq!(
+            gated("share.version")
+                .iter()
+                .map(|g| g.1)
+                .collect::<Vec<_>>(),
+            [76, 77, 78, 79]
+        );
+        // StreamsGroupHeartbeat, StreamsGroupDescribe, and 4.4's topology update.
+        assert_eq!(
+            gated("streams.version")
+                .iter()
+                .map(|g| g.1)
+                .collect::<Vec<_>>(),
+            [88, 89, 93]
+        );
+        // Produce v12, EndTxn v5, TxnOffsetCommit v5.
+        assert_eq!(
+            gated("transaction.version"),
+            [(2, 0, 12), (2, 26, 5), (2, 28, 5)]
+        );
     }
 
     #[test]

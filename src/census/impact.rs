@@ -9,32 +9,13 @@
 //! - a feature level (`--feature group.version=1`): which clients were served a
 //!   lower level (they switch protocols once they see it), and which use API
 //!   versions that need a higher level than the one planned (they break if the
-//!   feature is set below them), from `FEATURE_APIS`.
+//!   feature is set below them), from the release data (`crate::releases::feature_apis`).
 
 use super::releases::RELEASES;
 use super::ClientView;
 use crate::protocol::api_name;
 use serde::Serialize;
 use std::sync::OnceLock;
-
-/// API versions that a client uses only when a feature is finalized at a level:
-/// (feature, level, api key, lowest version that needs it). From Apache Kafka
-/// 4.1: the consumer rebalance protocol (KIP-848) needs group.version 1; the
-/// transaction protocol of KIP-890 (Produce v12, EndTxn v5) needs
-/// transaction.version 2; share groups (KIP-932) need share.version 1; the
-/// Streams rebalance protocol (KIP-1071) needs streams.version 1.
-pub const FEATURE_APIS: &[(&str, i16, i16, i16)] = &[
-    ("group.version", 1, 68, 0),       // ConsumerGroupHeartbeat
-    ("group.version", 1, 69, 0),       // ConsumerGroupDescribe
-    ("transaction.version", 2, 0, 12), // Produce
-    ("transaction.version", 2, 26, 5), // EndTxn
-    ("share.version", 1, 76, 0),       // ShareGroupHeartbeat
-    ("share.version", 1, 77, 0),       // ShareGroupDescribe
-    ("share.version", 1, 78, 0),       // ShareFetch
-    ("share.version", 1, 79, 0),       // ShareAcknowledge
-    ("streams.version", 1, 88, 0),     // StreamsGroupHeartbeat
-    ("streams.version", 1, 89, 0),     // StreamsGroupDescribe
-];
 
 /// The API versions one Apache Kafka release's brokers serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,10 +229,12 @@ pub fn feature_impact(feature: &str, level: i16, clients: &[ClientView]) -> Feat
             .apis
             .iter()
             .filter_map(|a| {
-                let needs = FEATURE_APIS
+                let needs = crate::releases::feature_apis()
                     .iter()
-                    .filter(|(f, _, k, min)| *f == feature && *k == a.api_key && a.version >= *min)
-                    .map(|(_, l, _, _)| *l)
+                    .filter(|g| {
+                        g.feature == feature && g.key == a.api_key && a.version >= g.min_version
+                    })
+                    .map(|g| g.level)
                     .max()?;
                 Some(Gated {
                     api_key: a.api_key,

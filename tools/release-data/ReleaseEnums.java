@@ -80,8 +80,66 @@ public class ReleaseEnums {
                     call(f, "latestProduction"), call(f, "latestTesting"),
                     String.join(",\n", levels), String.join(", ", defaultRows)));
         }
-        out.append("  \"features\": [\n").append(String.join(",\n", features)).append("\n  ]\n}\n");
+        out.append("  \"features\": [\n").append(String.join(",\n", features)).append("\n  ],\n");
+        out.append(protocolLevels()).append(",\n");
+        out.append(transactionV2Requests()).append("\n}\n");
         System.out.print(out);
+    }
+
+    /** Each group protocol's feature, and the lowest level at which the feature's
+     *  own predicate says the protocol is supported. A release without the
+     *  feature's class leaves the protocol out. */
+    static String protocolLevels() throws Exception {
+        String[][] protocols = {
+            // feature version class, its predicate, the protocol's API name prefix
+            {"GroupVersion", "isConsumerRebalanceProtocolSupported", "ConsumerGroup"},
+            {"ShareVersion", "supportsShareGroups", "Share"},
+            {"StreamsVersion", "streamsGroupSupported", "StreamsGroup"},
+        };
+        List<String> rows = new ArrayList<>();
+        for (String[] p : protocols) {
+            Class<?> c;
+            try {
+                c = Class.forName(PKG + p[0]);
+            } catch (ClassNotFoundException e) {
+                continue;
+            }
+            Method predicate = c.getMethod(p[1]);
+            Short from = null;
+            for (Object fv : c.getEnumConstants()) {
+                short level = (Short) call(fv, "featureLevel");
+                if ((Boolean) predicate.invoke(fv) && (from == null || level < from)) {
+                    from = level;
+                }
+            }
+            if (from != null) {
+                rows.add(String.format("    {\"feature\": %s, \"level\": %d, \"api_name_prefix\": %s}",
+                        quote((String) staticField(c, "FEATURE_NAME")), from, quote(p[2])));
+            }
+        }
+        return "  \"protocol_levels\": [\n" + String.join(",\n", rows) + "\n  ]";
+    }
+
+    /** Requests whose newer versions need transaction.version 2 (KIP-890): the
+     *  last version before it, from each request class's own constant. */
+    static String transactionV2Requests() throws Exception {
+        String[] requests = {"ProduceRequest", "EndTxnRequest", "AddPartitionsToTxnRequest", "TxnOffsetCommitRequest"};
+        Class<?> tv = Class.forName(PKG + "TransactionVersion");
+        short level = (Short) call(staticField(tv, "TV_2"), "featureLevel");
+        List<String> rows = new ArrayList<>();
+        for (String name : requests) {
+            Class<?> c = Class.forName("org.apache.kafka.common.requests." + name);
+            Field last;
+            try {
+                last = c.getField("LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2");
+            } catch (NoSuchFieldException e) {
+                continue;
+            }
+            rows.add(String.format("    {\"request\": %s, \"last_version_before\": %d}",
+                    quote(name), (Short) last.get(null)));
+        }
+        return "  \"transaction_v2\": {\"feature\": \"transaction.version\", \"level\": " + level
+                + ", \"requests\": [\n" + String.join(",\n", rows) + "\n  ]}";
     }
 
     static Object staticField(Class<?> c, String name) throws Exception {

@@ -10,6 +10,11 @@ release's own jars: data/kafka/<major.minor>.json.
   metadata.version levels, names, production and metadata-changed flags, and
   every production feature's levels, dependencies, bootstrap metadata.version
   and default level per metadata.version.
+- Which API versions need a feature level (`feature_apis`): the APIs of each
+  group protocol from the level at which its feature version's own predicate
+  (GroupVersion.isConsumerRebalanceProtocolSupported, ShareVersion.supportsShareGroups,
+  StreamsVersion.streamsGroupSupported) first holds, and the versions of each
+  request after its LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2 (kafka-clients).
 
 Usage: generate.py --release 4.4.0 --jars DIR [--out FILE]
 DIR holds kafka-clients-<release>.jar and kafka-server-common-<release>.jar
@@ -173,7 +178,27 @@ def generate(release: str, jars: str) -> str:
     data = {"release": release}
     data.update(schemas(clients))
     data.update(enums(jars, release))
+    data["feature_apis"] = feature_apis(data.pop("protocol_levels"), data.pop("transaction_v2"), data["apis"])
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def feature_apis(protocols: list[dict], transaction_v2: dict, apis: list[dict]) -> list[dict]:
+    """The API versions a client uses only once a feature is finalized at a level: every API
+    of a group protocol (by its name, such as ShareFetch for the share protocol) from the
+    level at which the feature's own predicate supports that protocol, and each request's
+    versions after its last one before transaction.version 2."""
+    by_name = {a["name"]: a for a in apis}
+    out = []
+    for p in protocols:
+        for a in apis:
+            if a["name"].startswith(p["api_name_prefix"]):
+                out.append({"feature": p["feature"], "level": p["level"], "key": a["key"],
+                            "min_version": a["versions"][0]})
+    for r in transaction_v2["requests"]:
+        api = by_name[r["request"].removesuffix("Request")]
+        out.append({"feature": transaction_v2["feature"], "level": transaction_v2["level"], "key": api["key"],
+                    "min_version": r["last_version_before"] + 1})
+    return sorted(out, key=lambda e: (e["feature"], e["key"]))
 
 
 def main() -> None:
