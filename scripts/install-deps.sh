@@ -4,7 +4,8 @@
 #     missing); socat is the plain TCP relay of scripts/bench-proxy.sh
 #   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
-#   - kafka-clients and kafka-server-common of each release in data/kafka/ (build/kafka-releases/)
+#   - kafka-clients and kafka-server-common of each release in data/kafka/, with slf4j-api
+#     (build/kafka-releases/)
 #   - the Kafka 4.0.2, 4.2.2, 4.3.2 and 4.4.0 brokers in build/kafka-jars-<release>/ (the same
 #     pom at other versions)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
@@ -142,18 +143,22 @@ done
 # data/kafka/<major.minor>.json names the release it was generated from; its
 # kafka-clients and kafka-server-common jars let the tests regenerate it.
 RELEASE_JARS="$ROOT/build/kafka-releases"
+SLF4J_VERSION="2.0.17"
 for data in "$ROOT"/data/kafka/*.json; do
   release="$(sed -n 's/^ "release": "\(.*\)",\{0,1\}$/\1/p' "$data")"
   [ -n "$release" ] || die "$data names no release"
   dir="$RELEASE_JARS/$release"
-  if [ -f "$dir/kafka-clients-$release.jar" ] && [ -f "$dir/kafka-server-common-$release.jar" ]; then
+  # slf4j-api: server-common's config classes log as they load.
+  if [ -f "$dir/kafka-clients-$release.jar" ] && [ -f "$dir/kafka-server-common-$release.jar" ] \
+    && [ -f "$dir/slf4j-api-$SLF4J_VERSION.jar" ]; then
     continue
   fi
-  step "fetching kafka-clients and kafka-server-common $release into build/kafka-releases/$release"
-  for artifact in kafka-clients kafka-server-common; do
-    timeout 600 mvn -q -B -Dstyle.color=never dependency:copy -Dartifact="org.apache.kafka:$artifact:$release" \
+  step "fetching kafka-clients and kafka-server-common $release (and slf4j-api) into build/kafka-releases/$release"
+  for artifact in "org.apache.kafka:kafka-clients:$release" "org.apache.kafka:kafka-server-common:$release" \
+    "org.slf4j:slf4j-api:$SLF4J_VERSION"; do
+    timeout 600 mvn -q -B -Dstyle.color=never dependency:copy -Dartifact="$artifact" \
       -DoutputDirectory="$dir" -Dmdep.useBaseVersion=true \
-      || die "mvn dependency:copy of org.apache.kafka:$artifact:$release failed"
+      || die "mvn dependency:copy of $artifact failed"
   done
 done
 

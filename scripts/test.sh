@@ -11,7 +11,7 @@
 #                                 brokers and client JVMs; its output goes to build/test-times/fuzz.log
 #                                 and is printed when it ends
 #     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front),
-#                                 then, once the fuzzing has ended, the tests marked `alone`
+#                                 in two pytest-xdist workers
 #   scripts/test.sh --quick    for every small change, a few minutes: steps 3 and 4, then the
 #                              interop tests that need no Kafka broker
 #
@@ -28,18 +28,17 @@ if [ "${1:-}" = "--quick" ]; then
   shift
 fi
 
-# The interop tests run one at a time by default. KSHIM_PYTEST_PARALLEL="-n 2 --dist loadgroup"
-# runs them in two pytest-xdist workers (each shared cluster's tests one group, every other
-# module whole; conftest.py): about 40% faster, but not yet deterministic (see
-# docs/development.md), so not the gate's default.
-PARALLEL="${KSHIM_PYTEST_PARALLEL:-}"
+# The interop tests run in two pytest-xdist workers: the tests of each shared cluster are one
+# group, which one worker runs one test at a time, and every other module runs whole in one
+# worker with the clusters of its own (conftest.py). KSHIM_PYTEST_PARALLEL="" runs them one
+# at a time in a single process.
+PARALLEL="${KSHIM_PYTEST_PARALLEL--n 2 --dist loadgroup}"
 
 TIMES_DIR="$ROOT/build/test-times"
 mkdir -p "$TIMES_DIR"
 rm -f "$TIMES_DIR"/*
 STAGES="$TIMES_DIR/stages.tsv"
 MODULES="$TIMES_DIR/interop-modules.tsv"
-MODULES_ALONE="$TIMES_DIR/interop-modules-alone.tsv"
 RUN_STARTED=$SECONDS
 POOL_PID=""
 FUZZ_PID=""
@@ -57,14 +56,6 @@ stage() {
   return $rc
 }
 
-# pytest's status 5 means that the arguments selected no test of this stage.
-pytest_may_select_none() {
-  local rc=0
-  "$@" || rc=$?
-  [ $rc -eq 5 ] && rc=0
-  return $rc
-}
-
 summary() {
   local rc=$?
   if [ -n "$FUZZ_PID" ] && kill -0 "$FUZZ_PID" 2>/dev/null; then
@@ -77,14 +68,10 @@ summary() {
   fi
   printf '\n==> stage times (wall seconds)\n'
   [ -f "$STAGES" ] && awk -F'\t' '{ printf "  %-44s %6d s  %s\n", $1, $2, $3 }' "$STAGES"
-  local file title
-  for file in "$MODULES" "$MODULES_ALONE"; do
-    [ -s "$file" ] || continue
-    title="interop modules (setup, tests and teardown)"
-    [ "$file" = "$MODULES_ALONE" ] && title="interop tests run alone, by module"
-    printf '  %s:\n' "$title"
-    sort -t$'\t' -k2,2nr "$file" | awk -F'\t' '{ printf "    %-42s %6d s  %s tests\n", $1, $2, $3 }'
-  done
+  if [ -s "$MODULES" ]; then
+    printf '  interop modules (setup, tests and teardown; the two workers overlap):\n'
+    sort -t$'\t' -k2,2nr "$MODULES" | awk -F'\t' '{ printf "    %-42s %6d s  %s tests\n", $1, $2, $3 }'
+  fi
   printf '  %-44s %6d s  %s\n' "total" "$((SECONDS - RUN_STARTED))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
   exit $rc
 }
@@ -128,7 +115,7 @@ set +m
 
 stage "interop tests against Apache Kafka and real clients" \
   timeout 2400 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra $PARALLEL \
-  -m "not alone" --module-times "$MODULES" "$@"
+  --durations=15 --module-times "$MODULES" "$@"
 
 step "$FUZZ_STAGE: waiting for it to end"
 fuzz_rc=0
@@ -138,6 +125,3 @@ cat "$FUZZ_LOG"
 printf '%s\t%s\t%s\n' "$FUZZ_STAGE" "$((SECONDS - fuzz_started))" \
   "$([ $fuzz_rc -eq 0 ] && echo ok || echo "FAILED ($fuzz_rc)")" >>"$STAGES"
 [ $fuzz_rc -eq 0 ] || exit $fuzz_rc
-stage "interop tests that must run alone" \
-  pytest_may_select_none timeout 1200 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra \
-  -m alone --module-times "$MODULES_ALONE" "$@"

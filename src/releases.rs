@@ -121,6 +121,9 @@ pub struct Release {
     /// (KIP-848, KIP-932, KIP-1071) and the transaction protocol's versions
     /// (KIP-890).
     pub feature_apis: Vec<FeatureApi>,
+    /// Topic config -> the broker config it overrides, where the names differ
+    /// (Kafka's topic config synonyms).
+    pub topic_config_synonyms: BTreeMap<String, String>,
 }
 
 impl Release {
@@ -196,6 +199,18 @@ pub fn feature_apis() -> &'static [FeatureApi] {
                 key,
                 min_version,
             })
+            .collect()
+    })
+}
+
+/// Topic config -> the broker config it overrides, where the names differ, in
+/// any release kshim has data for.
+pub fn topic_config_synonyms() -> &'static BTreeMap<String, String> {
+    static ALL: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        releases()
+            .iter()
+            .flat_map(|r| r.topic_config_synonyms.clone())
             .collect()
     })
 }

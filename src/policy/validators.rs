@@ -180,56 +180,20 @@ pub fn floor(levels: &BTreeMap<i16, ConfigValidator>, level: i16) -> Option<&Con
     levels.range(..=level).next_back().map(|(_, v)| v)
 }
 
-/// Topic configs and the broker configs they override (Kafka's topic config
-/// synonyms), for the keys whose names differ.
-const TOPIC_TO_BROKER: &[(&str, &str)] = &[
-    ("segment.bytes", "log.segment.bytes"),
-    ("segment.ms", "log.roll.ms"),
-    ("segment.jitter.ms", "log.roll.jitter.ms"),
-    ("segment.index.bytes", "log.index.size.max.bytes"),
-    ("flush.messages", "log.flush.interval.messages"),
-    ("flush.ms", "log.flush.interval.ms"),
-    ("retention.bytes", "log.retention.bytes"),
-    ("retention.ms", "log.retention.ms"),
-    ("max.message.bytes", "message.max.bytes"),
-    ("index.interval.bytes", "log.index.interval.bytes"),
-    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
-    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
-    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
-    ("file.delete.delay.ms", "log.segment.delete.delay.ms"),
-    (
-        "min.cleanable.dirty.ratio",
-        "log.cleaner.min.cleanable.ratio",
-    ),
-    ("cleanup.policy", "log.cleanup.policy"),
-    ("message.timestamp.type", "log.message.timestamp.type"),
-    (
-        "message.timestamp.before.max.ms",
-        "log.message.timestamp.before.max.ms",
-    ),
-    (
-        "message.timestamp.after.max.ms",
-        "log.message.timestamp.after.max.ms",
-    ),
-    ("preallocate", "log.preallocate"),
-    ("local.retention.ms", "log.local.retention.ms"),
-    ("local.retention.bytes", "log.local.retention.bytes"),
-];
-
-/// The broker spelling of a config key.
+/// The broker spelling of a config key (Kafka's topic config synonyms, from
+/// the release data).
 pub fn broker_key(key: &str) -> &str {
-    TOPIC_TO_BROKER
-        .iter()
-        .find(|(topic, _)| *topic == key)
-        .map_or(key, |(_, broker)| broker)
+    crate::releases::topic_config_synonyms()
+        .get(key)
+        .map_or(key, String::as_str)
 }
 
 /// The topic spelling of a config key.
 pub fn topic_key(key: &str) -> &str {
-    TOPIC_TO_BROKER
+    crate::releases::topic_config_synonyms()
         .iter()
         .find(|(_, broker)| *broker == key)
-        .map_or(key, |(topic, _)| topic)
+        .map_or(key, |(topic, _)| topic.as_str())
 }
 
 #[cfg(test)]

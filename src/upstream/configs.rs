@@ -202,7 +202,17 @@ pub async fn audit_configs(
         .map(|(_, b)| b.address())
         .collect();
     let mut client = control_connection(&live, link).await?;
-    let committed = committed_offset(&mut client).await?;
+    let committed = match committed_offset(&mut client).await {
+        Ok(offset) => offset,
+        Err(e) => {
+            // A broker that does not answer (paused, partitioned, the controller
+            // among them) is the likelier cause: name it if there is one.
+            for (&id, broker) in &view.brokers {
+                broker_configs(id, &broker.address(), version, keys, link, None, deadline).await?;
+            }
+            return Err(e);
+        }
+    };
     applied_through(&mut client, committed, deadline).await?;
     let mut reported = Vec::new();
     // A broker's static configs are known to that broker alone.

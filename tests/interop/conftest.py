@@ -54,7 +54,6 @@ def pytest_configure(config):
         os.environ["KSHIM_BIN"] = str(Path(path).resolve())
     config.addinivalue_line("markers", "broker: needs a real Kafka broker (set from the fixtures it uses)")
     config.addinivalue_line("markers", "xdist_group(name): tests that pytest-xdist runs in one worker")
-    config.addinivalue_line("markers", "alone: run with no other test running beside it (scripts/test.sh)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups

@@ -490,12 +490,11 @@ def trio_env(request, kafka_trio):
     yield from proxied_env(kafka_trio, request)
 
 
-@pytest.mark.alone
 class ProxyClientSuite:
-    """The client tests; subclasses choose the cluster (their `env`). Marked `alone`:
-    the no-bypass proof counts every connection the cluster accepts, and run beside other
-    modules it saw connections it could not attribute, so scripts/test.sh runs these with
-    nothing else running."""
+    """The client tests; subclasses choose the cluster (their `env`). The no-bypass proof
+    counts every connection the cluster accepts during a test, so no other test may use the
+    cluster meanwhile: with two pytest-xdist workers, every test of a shared cluster is in
+    that cluster's group, which one worker runs one test at a time (conftest.py)."""
 
     @pytest.fixture(autouse=True)
     def guard(self, env, request):

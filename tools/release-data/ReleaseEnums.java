@@ -1,7 +1,8 @@
 // Prints, as JSON on stdout, what a Kafka release's server-common jar says of
 // metadata.version and of every other feature: levels, names, which are
 // production-ready, dependencies, and each feature's default level per
-// metadata.version (what `kafka-features.sh version-mapping` prints).
+// metadata.version (what `kafka-features.sh version-mapping` prints); which API
+// versions need a feature level; the broker configs that topic configs override.
 //
 // Run with the release's kafka-server-common and kafka-clients jars on the
 // class path. Reads the enums by reflection, so one source serves every release.
@@ -82,7 +83,8 @@ public class ReleaseEnums {
         }
         out.append("  \"features\": [\n").append(String.join(",\n", features)).append("\n  ],\n");
         out.append(protocolLevels()).append(",\n");
-        out.append(transactionV2Requests()).append("\n}\n");
+        out.append(transactionV2Requests()).append(",\n");
+        out.append(topicConfigSynonyms()).append("\n}\n");
         System.out.print(out);
     }
 
@@ -140,6 +142,20 @@ public class ReleaseEnums {
         }
         return "  \"transaction_v2\": {\"feature\": \"transaction.version\", \"level\": " + level
                 + ", \"requests\": [\n" + String.join(",\n", rows) + "\n  ]}";
+    }
+
+    /** Each topic config and the broker config it overrides, where the names differ. */
+    @SuppressWarnings("unchecked")
+    static String topicConfigSynonyms() throws Exception {
+        Class<?> c = Class.forName("org.apache.kafka.server.config.ServerTopicConfigSynonyms");
+        Map<String, String> synonyms = new TreeMap<>((Map<String, String>) staticField(c, "TOPIC_CONFIG_SYNONYMS"));
+        List<String> rows = new ArrayList<>();
+        for (Map.Entry<String, String> e : synonyms.entrySet()) {
+            if (!e.getKey().equals(e.getValue())) {
+                rows.add("    " + quote(e.getKey()) + ": " + quote(e.getValue()));
+            }
+        }
+        return "  \"topic_config_synonyms\": {\n" + String.join(",\n", rows) + "\n  }";
     }
 
     static Object staticField(Class<?> c, String name) throws Exception {

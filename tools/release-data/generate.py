@@ -15,9 +15,11 @@ release's own jars: data/kafka/<major.minor>.json.
   (GroupVersion.isConsumerRebalanceProtocolSupported, ShareVersion.supportsShareGroups,
   StreamsVersion.streamsGroupSupported) first holds, and the versions of each
   request after its LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2 (kafka-clients).
+- The broker config each topic config overrides, where the names differ
+  (ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS).
 
 Usage: generate.py --release 4.4.0 --jars DIR [--out FILE]
-DIR holds kafka-clients-<release>.jar and kafka-server-common-<release>.jar
+DIR holds kafka-clients-<release>.jar, kafka-server-common-<release>.jar and slf4j-api
 (scripts/install-deps.sh fetches them into build/kafka-releases/<release>/).
 Without --out the data is written to stdout. The output is deterministic: the
 same jars always give the same bytes, so a test can regenerate and compare.
@@ -160,10 +162,15 @@ def enums(jars: str, release: str) -> dict:
     with tempfile.TemporaryDirectory() as classes:
         subprocess.run(["javac", "-d", classes, os.path.join(HERE, "ReleaseEnums.java")],
                        check=True)
+        # server-common's config classes need slf4j-api as they load.
+        slf4j = sorted(f for f in os.listdir(jars) if re.fullmatch(r"slf4j-api-[\d.]+\.jar", f))
+        if not slf4j:
+            raise SystemExit(f"{jars} holds no slf4j-api jar: scripts/install-deps.sh fetches it")
         classpath = os.pathsep.join([
             classes,
             os.path.join(jars, f"kafka-server-common-{release}.jar"),
             os.path.join(jars, f"kafka-clients-{release}.jar"),
+            os.path.join(jars, slf4j[-1]),
         ])
         out = subprocess.run(["java", "-cp", classpath, "ReleaseEnums"], check=True,
                              capture_output=True, text=True).stdout
