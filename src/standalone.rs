@@ -197,6 +197,10 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
         frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
         request_timeout: Duration::from_millis(upstream.map_or(30_000, |u| u.request_timeout_ms)),
         budget: FrameBudget::new(config.max_queued_request_bytes),
+        proxy_protocol: crate::server::ProxyProtocol {
+            mode: config.proxy_protocol,
+            trusted: std::sync::Arc::new(config.proxy_protocol_trusted.clone()),
+        },
         ..Limits::default()
     }
 }

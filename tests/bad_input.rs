@@ -588,3 +588,66 @@ async fn a_null_feature_updates_array_is_refused() {
     }
     kshim.finish().await;
 }
+
+/// Behind a load balancer (`proxy_protocol`): a missing, malformed, oversized or
+/// truncated PROXY header closes the connection promptly, before any request is
+/// read, and a good header before a request still gets it answered.
+#[tokio::test]
+async fn bad_proxy_protocol_headers_close_the_connection() {
+    use kshim::server::proxy_protocol::{Cidr, Mode};
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        listen: "127.0.0.1:0".into(),
+        data_dir: dir.path().to_owned(),
+        proxy_protocol: Mode::Any,
+        proxy_protocol_trusted: vec![Cidr::parse("127.0.0.1").unwrap()],
+        ..Config::default()
+    };
+    let kshim = Standalone::bind(&config)
+        .await
+        .expect("standalone kshim starts");
+    let addr = kshim.local_addr.to_string();
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(kshim.serve(stopped));
+
+    let request = api_versions_v4();
+    let good = [
+        b"PROXY TCP4 192.0.2.1 127.0.0.1 1000 9092\r\n".as_slice(),
+        &request,
+    ]
+    .concat();
+    let answered = |outcome: Outcome, what: &str| match outcome {
+        Outcome::Answered(_) => {}
+        Outcome::Closed => panic!("{what}: the request after a good header was not answered"),
+    };
+    answered(send(&addr, &good, false).await.0, "first");
+
+    let mut endless_v1 = b"PROXY TCP4 ".to_vec();
+    endless_v1.extend_from_slice(&[b'1'; 500]);
+    let signature = b"\r\n\r\n\0\r\nQUIT\n".as_slice();
+    let huge_v2 = [signature, b"\x21\x11\xff\xff", &[0u8; 64]].concat();
+    let unknown_command = [signature, b"\x2f\x11\x00\x0c", &[0u8; 12], &request].concat();
+    let short_v2_address = [signature, b"\x21\x11\x00\x04", &[0u8; 4], &request].concat();
+    let cases: [(&str, Vec<u8>); 7] = [
+        ("no header", request.clone()),
+        ("a version 1 line past 107 bytes", endless_v1),
+        (
+            "a malformed version 1 line",
+            [b"PROXY TCP4 x y z w\r\n".as_slice(), &request].concat(),
+        ),
+        ("a version 2 length past the cap", huge_v2),
+        (
+            "a version 2 header with an unknown command",
+            unknown_command,
+        ),
+        ("a version 2 IPv4 block of 4 bytes", short_v2_address),
+        ("garbage", vec![0xff; 300]),
+    ];
+    for (what, bytes) in cases {
+        expect_closed(&addr, &bytes, false, what).await;
+    }
+    expect_closed(&addr, b"PROXY TCP4 192.0.2.1", true, "a header cut short").await;
+    answered(send(&addr, &good, false).await.0, "last");
+    let _ = stop.send(true);
+    let _ = task.await;
+}

@@ -49,6 +49,10 @@ pub struct Config {
     pub max_connections_per_ip: usize,
     /// Per-address exceptions to `max_connections_per_ip`.
     pub max_connections_per_ip_overrides: BTreeMap<std::net::IpAddr, usize>,
+    /// Which PROXY protocol headers client connections begin with.
+    pub proxy_protocol: crate::server::proxy_protocol::Mode,
+    /// The load balancers that may send them.
+    pub proxy_protocol_trusted: Vec<crate::server::proxy_protocol::Cidr>,
     /// A connection with no request for this long is closed.
     pub connections_max_idle_ms: u64,
     /// A frame that has started must arrive whole within this long.
@@ -161,6 +165,8 @@ impl Default for Config {
             max_connections: 10_000,
             max_connections_per_ip: 1_000,
             max_connections_per_ip_overrides: BTreeMap::new(),
+            proxy_protocol: crate::server::proxy_protocol::Mode::Off,
+            proxy_protocol_trusted: Vec::new(),
             connections_max_idle_ms: 600_000,
             frame_read_timeout_ms: 60_000,
             max_queued_request_bytes: crate::server::default_queued_request_bytes(),
@@ -222,6 +228,7 @@ impl Config {
             if let Some(t) = top.table("max_connections_per_ip_overrides") {
                 c.max_connections_per_ip_overrides = per_ip_overrides(t, top.errors);
             }
+            walk::proxy_protocol(&mut top, &mut c);
             if let Some(v) = top.int::<u64>(
                 "connections_max_idle_ms",
                 "a positive number of milliseconds",

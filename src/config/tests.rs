@@ -187,6 +187,43 @@ fn kafka_defaults_apply_when_nothing_is_configured() {
     assert!(c.alter_cluster.is_none());
 }
 
+#[test]
+fn the_proxy_protocol_needs_its_balancers_named() {
+    use crate::server::proxy_protocol::{Cidr, Mode};
+    let c = Config::from_toml(
+        "proxy_protocol = \"v2\"\nproxy_protocol_trusted = [\"10.0.0.0/8\", \"192.0.2.7\"]",
+    )
+    .unwrap();
+    assert_eq!(c.proxy_protocol, Mode::V2);
+    assert_eq!(
+        c.proxy_protocol_trusted,
+        [
+            Cidr::parse("10.0.0.0/8").unwrap(),
+            Cidr::parse("192.0.2.7/32").unwrap()
+        ]
+    );
+    assert_eq!(Config::default().proxy_protocol, Mode::Off);
+    let e = Config::from_toml("proxy_protocol = \"any\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("proxy_protocol_trusted: name the load balancers' addresses"),
+        "{e}"
+    );
+    let e =
+        Config::from_toml("proxy_protocol = \"v3\"\nproxy_protocol_trusted = [\"10.0.0.0/33\"]")
+            .unwrap_err()
+            .to_string();
+    assert!(
+        e.contains("proxy_protocol: \"v3\" is not one of \"off\", \"v1\", \"v2\", \"any\""),
+        "{e}"
+    );
+    assert!(
+        e.contains("proxy_protocol_trusted: \"10.0.0.0/33\": the prefix length must be 0 to 32"),
+        "{e}"
+    );
+}
+
 mod wildcard_tests {
     use super::*;
 

@@ -336,3 +336,39 @@ pub(super) fn string_list(
         }
     }
 }
+
+/// `proxy_protocol` and `proxy_protocol_trusted`: with headers on, the
+/// balancers that may send them must be named.
+pub(super) fn proxy_protocol(top: &mut Walker<'_, '_>, c: &mut super::Config) {
+    use crate::server::proxy_protocol::{Cidr, Mode};
+    if let Some(v) = top.string("proxy_protocol") {
+        c.proxy_protocol = match v.as_str() {
+            "off" => Mode::Off,
+            "v1" => Mode::V1,
+            "v2" => Mode::V2,
+            "any" => Mode::Any,
+            _ => {
+                top.errors.push(ConfigError::new(
+                    "proxy_protocol",
+                    format!("\"{v}\" is not one of \"off\", \"v1\", \"v2\", \"any\""),
+                ));
+                Mode::Off
+            }
+        };
+    }
+    for range in top.strings("proxy_protocol_trusted") {
+        match Cidr::parse(&range) {
+            Ok(cidr) => c.proxy_protocol_trusted.push(cidr),
+            Err(e) => top
+                .errors
+                .push(ConfigError::new("proxy_protocol_trusted", e)),
+        }
+    }
+    if c.proxy_protocol != Mode::Off && c.proxy_protocol_trusted.is_empty() {
+        top.errors.push(ConfigError::new(
+            "proxy_protocol_trusted",
+            "name the load balancers' addresses (\"10.0.0.0/8\", \"192.0.2.7\"): with proxy_protocol on, \
+             a PROXY header is taken only from them",
+        ));
+    }
+}

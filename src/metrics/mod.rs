@@ -61,15 +61,19 @@ pub enum ConnectionRefusal {
     TlsHandshake,
     /// A client certificate that no principal mapping rule maps.
     NoPrincipal,
+    /// With `proxy_protocol`: a connection from outside
+    /// `proxy_protocol_trusted`, or without a valid header in time.
+    ProxyProtocol,
 }
 
 impl ConnectionRefusal {
-    const ALL: [ConnectionRefusal; 5] = [
+    const ALL: [ConnectionRefusal; 6] = [
         ConnectionRefusal::ConnectionLimit,
         ConnectionRefusal::AddressLimit,
         ConnectionRefusal::Descriptors,
         ConnectionRefusal::TlsHandshake,
         ConnectionRefusal::NoPrincipal,
+        ConnectionRefusal::ProxyProtocol,
     ];
 
     fn label(self) -> &'static str {
@@ -79,6 +83,7 @@ impl ConnectionRefusal {
             ConnectionRefusal::Descriptors => "descriptors",
             ConnectionRefusal::TlsHandshake => "tls_handshake",
             ConnectionRefusal::NoPrincipal => "no_principal",
+            ConnectionRefusal::ProxyProtocol => "proxy_protocol",
         }
     }
 }

@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 29] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 31] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -102,6 +102,16 @@ pub(super) const RESTART_ONLY: [RestartOnly; 29] = [
         key: Some("max_queued_request_bytes"),
         name: "max_queued_request_bytes",
         same: |a, b| a.max_queued_request_bytes == b.max_queued_request_bytes,
+    },
+    RestartOnly {
+        key: Some("proxy_protocol"),
+        name: "proxy_protocol",
+        same: |a, b| a.proxy_protocol == b.proxy_protocol,
+    },
+    RestartOnly {
+        key: Some("proxy_protocol_trusted"),
+        name: "proxy_protocol_trusted",
+        same: |a, b| a.proxy_protocol_trusted == b.proxy_protocol_trusted,
     },
     RestartOnly {
         key: Some("descriptor_reserve"),

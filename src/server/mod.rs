@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod budget;
 mod connection;
+pub mod proxy_protocol;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
 use crate::metrics::ConnectionRefusal;
@@ -12,7 +13,7 @@ use crate::upstream::Route;
 use admission::Admission;
 use budget::FrameBudget;
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -43,6 +44,61 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Bytes of request frames held at once, across every listener.
     pub budget: Arc<FrameBudget>,
+    /// PROXY protocol headers from trusted load balancers.
+    pub proxy_protocol: ProxyProtocol,
+}
+
+/// Which PROXY protocol headers client connections begin with, and who may
+/// send them.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyProtocol {
+    pub mode: proxy_protocol::Mode,
+    /// The load balancers' addresses: a connection from anywhere else is closed.
+    pub trusted: Arc<Vec<proxy_protocol::Cidr>>,
+}
+
+/// How long a trusted balancer has to send the whole header.
+const PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl ProxyProtocol {
+    fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|range| range.contains(ip))
+    }
+
+    /// The client's address: the socket's, or with PROXY protocol on, the one
+    /// the balancer's header names (`None`: the connection is refused, and
+    /// counted and logged here).
+    async fn client_address(
+        &self,
+        stream: &mut tokio::net::TcpStream,
+        socket: SocketAddr,
+        metrics: &crate::metrics::Metrics,
+    ) -> Option<SocketAddr> {
+        if self.mode == proxy_protocol::Mode::Off {
+            return Some(socket);
+        }
+        let refused = |why: String| {
+            metrics.connection_refused(ConnectionRefusal::ProxyProtocol);
+            // At debug: whoever can reach the port could flood the log otherwise.
+            tracing::debug!(peer = %socket, "connection refused: {why}");
+            None
+        };
+        if !self.trusts(socket.ip()) {
+            return refused("not from an address in proxy_protocol_trusted".into());
+        }
+        match tokio::time::timeout(
+            PROXY_HEADER_TIMEOUT,
+            proxy_protocol::read_header(stream, self.mode),
+        )
+        .await
+        {
+            Ok(Ok(source)) => Some(source.unwrap_or(socket)),
+            Ok(Err(e)) => refused(e.to_string()),
+            Err(_) => refused(format!(
+                "no whole PROXY protocol header within {PROXY_HEADER_TIMEOUT:?}"
+            )),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -50,6 +106,7 @@ impl Default for Limits {
         Limits {
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
             max_connections: 10_000,
+            proxy_protocol: ProxyProtocol::default(),
             max_connections_per_ip: 1_000,
             max_connections_per_ip_overrides: HashMap::new(),
             idle_timeout: Duration::from_secs(600),
@@ -124,7 +181,7 @@ pub async fn serve(
         tokio::select! {
             _ = stopped(&mut shutdown) => break,
             accepted = listener.accept() => {
-                let (stream, addr) = match accepted {
+                let (stream, socket) = match accepted {
                     Ok(pair) => pair,
                     Err(e) if is_out_of_descriptors(&e) => {
                         // The client waiting in the backlog is refused, not left hanging.
@@ -141,26 +198,31 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let permit = match admission.admit(addr.ip()) {
-                    Ok(permit) => permit,
-                    Err(why) => {
-                        ctx.metrics.connection_refused(why);
-                        // At debug: a flood of refusals must not flood the log too.
-                        tracing::debug!(peer = %addr, "connection refused: {}", match why {
-                            ConnectionRefusal::AddressLimit => format!("{} connections from this address already (max_connections_per_ip)", admission.limit_for(addr.ip())),
-                            _ => format!("{} connections already (max_connections)", limits.max_connections),
-                        });
-                        continue;
-                    }
-                };
                 let _ = stream.set_nodelay(true);
                 crate::client::keepalive(&stream);
                 let ctx = Arc::clone(&ctx);
                 let limits = limits.clone();
                 let shutdown = shutdown.clone();
-                let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route, tls: false };
+                let admission = Arc::clone(&admission);
                 let tls = tls.as_ref().map(|cell| cell.current());
                 tracker.spawn(async move {
+                    let mut stream = stream;
+                    let Some(addr) = limits.proxy_protocol.client_address(&mut stream, socket, &ctx.metrics).await else {
+                        return;
+                    };
+                    let permit = match admission.admit(addr.ip()) {
+                        Ok(permit) => permit,
+                        Err(why) => {
+                            ctx.metrics.connection_refused(why);
+                            // At debug: a flood of refusals must not flood the log too.
+                            tracing::debug!(peer = %addr, "connection refused: {}", match why {
+                                ConnectionRefusal::AddressLimit => format!("{} connections from this address already (max_connections_per_ip)", admission.limit_for(addr.ip())),
+                                _ => format!("{} connections already (max_connections)", limits.max_connections),
+                            });
+                            return;
+                        }
+                    };
+                    let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route, tls: false };
                     match tls {
                         None => {
                             let _open = ctx.metrics.connection_opened();
