@@ -7,8 +7,9 @@ standalone and advertises the relay's address, so real clients (kcat, kafka-pyth
 the relay. Checked:
 - real clients are served through the relay with either header version, and the census
   lists them under the address from the header, not the relay's;
-- `max_connections_per_ip` counts the header's address: a third connection "from"
-  198.51.100.7 is refused while another client address is served;
+- `max_connections_per_ip` (2) counts the header's address: three clients behind the one
+  balancer each hold two connections, the census lists all three addresses, and a third
+  connection "from" one of them is refused;
 - a connection from an untrusted address (127.0.0.1, straight to kshim), one from the
   trusted address without a header, and one with a malformed header are closed before their
   first request, and counted under `kshim_connections_refused_total{reason="proxy_protocol"}`.
@@ -96,6 +97,18 @@ def answered(bootstrap: str) -> bool:
         return False
 
 
+def served_on(sock: socket.socket) -> bool:
+    """Whether an ApiVersions request on this open connection gets an answer."""
+    frame = ke.api_versions_request(3)
+    try:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", ke._recv_exact(sock, 4))[0]
+        ke._recv_exact(sock, size)
+        return True
+    except (OSError, ke.EnvError, struct.error):
+        return False
+
+
 def refusals(admin: ke.AdminApi, reason: str) -> float:
     status, text = admin.get("/metrics")
     assert status == 200, text
@@ -143,14 +156,20 @@ a.close()
         seen = {a for c in body["clients"] for a in c["addresses"]}
         assert {"192.0.2.10", "192.0.2.20"} <= seen and BALANCER not in seen, body["clients"]
 
-        # max_connections_per_ip counts the address from the header.
-        relay.header, relay.client = v1_header, ("198.51.100.7", 50000)
-        held = [socket.create_connection(("127.0.0.1", relay.port), timeout=5) for _ in range(2)]
+        # max_connections_per_ip counts the address from the header: three clients behind the
+        # one balancer each hold two connections, and a third from one of them is refused.
+        held = []
         try:
-            assert ke.wait_until(lambda: answered(through) is False, 10), \
-                "a third connection from 198.51.100.7 was served"
-            relay.client = ("198.51.100.8", 50000)
-            assert answered(through), "another client address was refused"
+            for address in ("198.51.100.7", "198.51.100.8", "198.51.100.9"):
+                relay.header, relay.client = v2_header, (address, 50000)
+                for _ in range(2):
+                    held.append(socket.create_connection(("127.0.0.1", relay.port), timeout=5))
+                    assert served_on(held[-1]), f"connection {len(held)} from {address} was refused"
+            relay.client = ("198.51.100.7", 50001)
+            assert not answered(through), "a third connection from 198.51.100.7 was served"
+            status, body = admin.get("/admin/clients")
+            seen = {a for c in body["clients"] for a in c["addresses"]}
+            assert {"198.51.100.7", "198.51.100.8", "198.51.100.9"} <= seen, body["clients"]
         finally:
             for s in held:
                 s.close()
