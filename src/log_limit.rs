@@ -49,9 +49,42 @@ impl PerCauseLimit {
     }
 }
 
+/// Causes logged once for the life of the process: the first occurrence of each
+/// is logged, never a repeat. Bounded: past `cap` causes, new ones are not
+/// logged (a cause may carry text a client chose).
+pub struct OncePerCause {
+    cap: usize,
+    seen: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl OncePerCause {
+    pub const fn new(cap: usize) -> OncePerCause {
+        OncePerCause {
+            cap,
+            seen: std::sync::Mutex::new(std::collections::BTreeSet::new()),
+        }
+    }
+
+    /// Whether `cause` is new: log it now.
+    pub fn first(&self, cause: &str) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        !seen.contains(cause) && seen.len() < self.cap && seen.insert(cause.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn once_per_cause_logs_each_cause_once_and_stops_at_its_cap() {
+        let once = OncePerCause::new(2);
+        assert!(once.first("a"));
+        assert!(!once.first("a"));
+        assert!(once.first("b"));
+        assert!(!once.first("c"), "past the cap");
+        assert!(!once.first("b"));
+    }
 
     #[test]
     fn a_cause_is_logged_once_per_window_and_its_repeats_counted() {

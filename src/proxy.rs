@@ -539,12 +539,9 @@ fn layout(
 /// Logs, once each for the life of the process, the ways kshim's ApiVersions
 /// differs from what the brokers offer (a version capped, a key hidden).
 fn log_narrowings(brokers: &[ApiRange], offered: &[ApiRange]) {
-    static LOGGED: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
-    let Ok(mut logged) = LOGGED.lock() else {
-        return;
-    };
+    static LOGGED: crate::log_limit::OncePerCause = crate::log_limit::OncePerCause::new(1024);
     for line in narrowings(brokers, offered) {
-        if logged.insert(line.clone()) {
+        if LOGGED.first(&line) {
             tracing::info!("{line}");
         }
     }

@@ -134,30 +134,21 @@ pub fn forwardable_versions(key: i16, min: i16, max: i16) -> Option<(i16, i16)> 
     Some((lo, hi))
 }
 
-/// How many (key, client software) pairs `log_unknown_key` remembers: client
-/// software names come from the clients, so the set is bounded.
-const UNKNOWN_KEYS_LOGGED: usize = 1024;
-
-/// Logs, once per API key and client software, a request whose key no Kafka
-/// release kshim has data for defines, and what `upstream.unknown_api_keys`
-/// does with it. Says whether it logged.
+/// Logs, once per API key and client software (the first 1,024 pairs), a
+/// request whose key no Kafka release kshim has data for defines, and what
+/// `upstream.unknown_api_keys` does with it. Says whether it logged.
 pub fn log_unknown_key(
     api_key: i16,
     software: Option<&crate::protocol::api_versions::ClientSoftware>,
     peer: &super::Peer,
     forwarded: bool,
 ) -> bool {
-    static SEEN: std::sync::Mutex<std::collections::BTreeSet<(i16, String)>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    static LOGGED: crate::log_limit::OncePerCause = crate::log_limit::OncePerCause::new(1024);
     let label = software.map_or_else(
         || "unknown".to_owned(),
         |s| format!("{}/{}", s.name, s.version),
     );
-    let first = SEEN
-        .lock()
-        .map(|mut seen| seen.len() < UNKNOWN_KEYS_LOGGED && seen.insert((api_key, label.clone())))
-        .unwrap_or(false);
-    if !first {
+    if !LOGGED.first(&format!("{api_key} {label}")) {
         return false;
     }
     if forwarded {

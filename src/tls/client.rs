@@ -2,7 +2,7 @@
 //! built from `[upstream.tls]`, and the cell every new upstream connection reads
 //! it from.
 
-use super::files::{identity, not_after, provider_and_versions, trusted};
+use super::files::{identity, not_after, provider_and_versions, trusted, validity};
 use super::{TlsError, UpstreamTls};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{verify_server_name, WebPkiServerVerifier};
@@ -115,16 +115,16 @@ impl ServerCertVerifier for TrustedServer {
             return chained;
         }
         verify_server_name(&ParsedCertificate::try_from(end_entity)?, server_name)?;
-        let (_, cert) = x509_parser::parse_x509_certificate(end_entity)
-            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let (not_before, not_after) = validity(end_entity).ok_or(
+            rustls::Error::InvalidCertificate(CertificateError::BadEncoding),
+        )?;
         let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        let validity = cert.validity();
-        if now < validity.not_before.timestamp() {
+        if now < not_before {
             return Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidYet,
             ));
         }
-        if now > validity.not_after.timestamp() {
+        if now > not_after {
             return Err(rustls::Error::InvalidCertificate(CertificateError::Expired));
         }
         Ok(ServerCertVerified::assertion())

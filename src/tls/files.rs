@@ -266,7 +266,18 @@ pub(crate) fn provider_and_versions(
 
 /// When the leaf certificate expires, as Unix seconds.
 pub(crate) fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
-    x509_parser::parse_x509_certificate(leaf)
+    validity(leaf).map(|(_, not_after)| not_after)
+}
+
+/// A certificate's (not before, not after), in seconds since the epoch.
+pub(crate) fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
+    x509_parser::parse_x509_certificate(cert)
         .ok()
-        .map(|(_, cert)| cert.validity().not_after.timestamp())
+        .map(|(_, cert)| {
+            let validity = cert.validity();
+            (
+                validity.not_before.timestamp(),
+                validity.not_after.timestamp(),
+            )
+        })
 }

@@ -376,7 +376,8 @@ async fn read_brokers(
     })
 }
 
-fn broken(target: &str, e: crate::client::ClientError) -> UpstreamError {
+/// A request on kshim's own connection to `target` that failed.
+pub(super) fn broken(target: &str, e: crate::client::ClientError) -> UpstreamError {
     UpstreamError::Broken {
         target: target.to_owned(),
         reason: e.to_string(),

@@ -5,7 +5,7 @@
 //! Responses are walked with the bounded `Reader`: a broker's answer never makes
 //! kshim allocate in proportion to a count it has not checked.
 
-use super::cluster::{control_connection, ClusterView};
+use super::cluster::{broken, control_connection, ClusterView};
 use super::link::LinkSettings;
 use super::UpstreamError;
 use crate::client::{negotiate, KafkaClient};
@@ -96,10 +96,7 @@ pub async fn describe(
         let raw = client
             .request(ApiKey::DescribeConfigs, version, &body)
             .await
-            .map_err(|e| UpstreamError::Broken {
-                target: target.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| broken(&target, e))?;
         let results = decode_describe_configs(version, &raw).map_err(|e| {
             protocol(
                 &target,
@@ -316,10 +313,7 @@ async fn committed_offset(client: &mut KafkaClient) -> Result<i64, UpstreamError
             &describe_quorum_request(),
         )
         .await
-        .map_err(|e| UpstreamError::Broken {
-            target: target.clone(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| broken(&target, e))?;
     let quorum = decode_describe_quorum(&raw)
         .map_err(|e| protocol(&target, format!("unreadable DescribeQuorum response: {e}")))?;
     if quorum.error_code != errors::NONE {
@@ -354,10 +348,7 @@ async fn applied_through(
         let (_, answer) = client
             .api_versions()
             .await
-            .map_err(|e| UpstreamError::Broken {
-                target: target.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| broken(&target, e))?;
         let applied = answer.features.epoch;
         if applied >= offset {
             return Ok(());
@@ -404,10 +395,7 @@ async fn topic_names(
     let raw = client
         .request(ApiKey::Metadata, version, &body)
         .await
-        .map_err(|e| UpstreamError::Broken {
-            target: target.clone(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| broken(&target, e))?;
     decode_metadata_topics(version, &raw).map_err(|e| {
         protocol(
             &target,
