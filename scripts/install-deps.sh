@@ -46,6 +46,8 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 have_pkg kcat || missing+=(kcat)
 have_pkg openssl || missing+=(openssl)
 have_pkg socat || missing+=(socat)
+# GNU time: the test command measures the fuzzing's CPU time with it.
+[ -x /usr/bin/time ] || missing+=(time)
 command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)

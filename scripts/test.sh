@@ -45,14 +45,31 @@ FUZZ_PID=""
 
 step() { printf '\n==> %s\n' "$*"; }
 
-# stage NAME COMMAND...: runs the command, records its wall time, stops the run on failure.
+# The CPU seconds the whole machine has spent busy since boot (every core; /proc/stat's
+# user, nice, system, irq, softirq and steal). The gate runs alone on its machine, so the
+# difference across a stage is that stage's CPU cost, background work included: with two
+# cores, a stage whose CPU is close to twice its wall time is bound by the CPU.
+busy_cpu() {
+  awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / hz; exit }' /proc/stat
+}
+
+RUN_CPU_STARTED=$(busy_cpu)
+
+# record NAME WALL CPU RC: one line of the summary.
+record() {
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$([ "$4" -eq 0 ] && echo ok || echo "FAILED ($4)")" >>"$STAGES"
+}
+
+# stage NAME COMMAND...: runs the command, records its wall and CPU time, stops the run on
+# failure.
 stage() {
   local name="$1"
   shift
   step "$name"
-  local started=$SECONDS rc=0
+  local started=$SECONDS cpu_started rc=0
+  cpu_started=$(busy_cpu)
   "$@" || rc=$?
-  printf '%s\t%s\t%s\n' "$name" "$((SECONDS - started))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")" >>"$STAGES"
+  record "$name" "$((SECONDS - started))" "$(($(busy_cpu) - cpu_started))" $rc
   return $rc
 }
 
@@ -66,13 +83,14 @@ summary() {
     kill -TERM "$POOL_PID" 2>/dev/null || true
     wait "$POOL_PID" 2>/dev/null || true
   fi
-  printf '\n==> stage times (wall seconds)\n'
-  [ -f "$STAGES" ] && awk -F'\t' '{ printf "  %-44s %6d s  %s\n", $1, $2, $3 }' "$STAGES"
+  printf '\n==> stage times (wall seconds; CPU seconds the machine spent during the stage, %s cores)\n' "$(nproc)"
+  [ -f "$STAGES" ] && awk -F'\t' '{ printf "  %-58s %5d s %6s CPU-s  %s\n", $1, $2, $3, $4 }' "$STAGES"
   if [ -s "$MODULES" ]; then
     printf '  interop modules (setup, tests and teardown; the two workers overlap):\n'
-    sort -t$'\t' -k2,2nr "$MODULES" | awk -F'\t' '{ printf "    %-42s %6d s  %s tests\n", $1, $2, $3 }'
+    sort -t$'\t' -k2,2nr "$MODULES" | awk -F'\t' '{ printf "    %-56s %5d s  %s tests\n", $1, $2, $3 }'
   fi
-  printf '  %-44s %6d s  %s\n' "total" "$((SECONDS - RUN_STARTED))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
+  printf '  %-58s %5d s %6d CPU-s  %s\n' "total" "$((SECONDS - RUN_STARTED))" "$(($(busy_cpu) - RUN_CPU_STARTED))" \
+    "$([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)")"
   exit $rc
 }
 trap summary EXIT
@@ -109,7 +127,8 @@ FUZZ_STAGE="coverage-guided fuzzing, 5 s per target (beside the interop tests)"
 step "$FUZZ_STAGE: started in the background (log: build/test-times/fuzz.log)"
 fuzz_started=$SECONDS
 set -m
-env FUZZ_SECONDS=5 timeout 1200 nice -n 19 bash scripts/fuzz.sh >"$FUZZ_LOG" 2>&1 &
+env FUZZ_SECONDS=5 timeout 1200 nice -n 19 \
+  /usr/bin/time -f '%U %S' -o "$TIMES_DIR/fuzz.cpu" bash scripts/fuzz.sh >"$FUZZ_LOG" 2>&1 &
 FUZZ_PID=$!
 set +m
 
@@ -122,6 +141,8 @@ fuzz_rc=0
 wait "$FUZZ_PID" || fuzz_rc=$?
 FUZZ_PID=""
 cat "$FUZZ_LOG"
-printf '%s\t%s\t%s\n' "$FUZZ_STAGE" "$((SECONDS - fuzz_started))" \
-  "$([ $fuzz_rc -eq 0 ] && echo ok || echo "FAILED ($fuzz_rc)")" >>"$STAGES"
+# The fuzzing's own CPU time (its build and its runs), which the interop stage's figure
+# includes.
+record "$FUZZ_STAGE" "$((SECONDS - fuzz_started))" \
+  "$(awk '/^[0-9.]+ [0-9.]+$/ { printf "%d", $1 + $2 }' "$TIMES_DIR/fuzz.cpu" 2>/dev/null)" $fuzz_rc
 [ $fuzz_rc -eq 0 ] || exit $fuzz_rc
