@@ -10,7 +10,7 @@
 #     pom at other versions)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
 #     (kshim-go-probe, kshim-go-client) built into build/bin/
-#   - cargo-fuzz (pinned), which scripts/fuzz.sh builds the fuzz targets with
+#   - a C++ compiler, for libFuzzer (built by the fuzz targets' libfuzzer-sys)
 # Safe to run again: each step checks first and skips what is already in place.
 set -euo pipefail
 
@@ -22,9 +22,6 @@ POM="$ROOT/tests/java/pom.xml"
 JARS="$ROOT/build/kafka-jars"
 STAMP="$JARS/.pom.sha256"
 GO_DIR="$ROOT/tests/interop/go"
-# 0.13.2 builds with the stable toolchain; the fuzz build itself runs with
-# RUSTC_BOOTSTRAP=1 (scripts/fuzz.sh), so no nightly toolchain is needed.
-CARGO_FUZZ_VERSION="0.13.2"
 
 # pytest 8: pytest-xdist 3.8 keeps a test's --dist loadgroup group in its node id, which
 # pytest 9 no longer lets a plugin change; under pytest 9 every test is a group of its own.
@@ -48,6 +45,7 @@ have_pkg openssl || missing+=(openssl)
 have_pkg socat || missing+=(socat)
 # GNU time: the test command measures the fuzzing's CPU time with it.
 [ -x /usr/bin/time ] || missing+=(time)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
 command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
@@ -179,16 +177,6 @@ if [ -f "$GO_DIR/go.mod" ]; then
   done
 else
   step "tests/interop/go has no go.mod; skipping go mod download"
-fi
-
-# ---------------------------------------------------------------------------- cargo-fuzz
-if cargo fuzz --version >/dev/null 2>&1; then
-  step "cargo-fuzz already installed: $(cargo fuzz --version)"
-else
-  step "cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
-  RUSTC_BOOTSTRAP=1 timeout 1200 cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked \
-    || die "cargo install cargo-fuzz $CARGO_FUZZ_VERSION failed"
-  cargo fuzz --version >/dev/null 2>&1 || die "cargo fuzz does not run after installing cargo-fuzz $CARGO_FUZZ_VERSION"
 fi
 
 step "dependencies installed"

@@ -2,7 +2,7 @@
 //! the store holds the last acknowledged state or the one update that was in
 //! flight, never a mixture, and the epoch never goes back.
 
-mod support;
+use crate::support;
 
 use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
 use kafka_protocol::messages::UpdateFeaturesRequest;

@@ -3,7 +3,7 @@
 //! left hanging in the backlog, and the store keeps the descriptors it needs, so
 //! an UpdateFeatures during the flood is still applied.
 
-mod support;
+use crate::support;
 
 use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
 use kafka_protocol::messages::UpdateFeaturesRequest;

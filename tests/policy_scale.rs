@@ -5,7 +5,7 @@
 //! request order. (The proof that the checks work with real clients is the
 //! interop suite against Apache Kafka.)
 
-mod support;
+use crate::support;
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;

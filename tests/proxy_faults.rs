@@ -7,7 +7,7 @@
 //! discovery asks (ApiVersions and Metadata) correctly; what it does with
 //! forwarded requests is the fault under test. The proof that forwarding works is the interop suite against real Kafka.
 
-mod support;
+use crate::support;
 
 use kafka_protocol::messages::{ApiKey, MetadataResponse};
 use kshim::client::KafkaClient;

@@ -5,7 +5,7 @@
 //! plays it; the proof that discovery works is the interop suite against real
 //! Kafka.
 
-mod support;
+use crate::support;
 
 use kshim::client::KafkaClient;
 use std::sync::atomic::{AtomicI32, Ordering};
