@@ -20,6 +20,7 @@ use crate::store::FileStore;
 use crate::tls::{ClientTlsCell, ClientTlsMaterial, TlsCell};
 use crate::upstream::cluster::Discoverer;
 use crate::upstream::listeners::BoundListener;
+use crate::upstream::sni::ServerNames;
 use crate::upstream::{ClusterView, LinkSettings, ListenerLayout, Listeners, Route, Upstream};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -86,7 +87,12 @@ impl Proxy {
         };
         let (listener, local_addr) = bind_listener(config).await?;
         let node = advertised_address(config, local_addr)?;
-        let layout = layout(config, upstream_config, &node, local_addr);
+        let layout = layout(config, upstream_config, &node, local_addr)?;
+        if let (Some(names), Some(cell)) = (&layout.server_names, &tls) {
+            if let Some(why) = names.uncovered(&cell.current().dns_names()) {
+                tracing::warn!("upstream.listeners.sni_host: {why}");
+            }
+        }
         let (bound_tx, bound) = mpsc::unbounded_channel();
         let (refresh_tx, refresh_requests) = mpsc::unbounded_channel();
         let link = LinkSettings {
@@ -204,9 +210,17 @@ impl Proxy {
         } = self;
         let admission = limits.admission();
         let tracker = TaskTracker::new();
+        let routing = if upstream.listeners.by_server_name() {
+            let upstream = Arc::clone(&upstream);
+            server::Routing::ByServerName(Arc::new(move |name: Option<&str>| {
+                upstream.listeners.route_by_name(name)
+            }))
+        } else {
+            server::Routing::Fixed(Route::Bootstrap)
+        };
         tracker.spawn(server::serve(
             listener,
-            Route::Bootstrap,
+            routing,
             Arc::clone(&context),
             limits.clone(),
             Arc::clone(&admission),
@@ -224,7 +238,7 @@ impl Proxy {
                     Ok(l) => {
                         tracker.spawn(server::serve(
                             l,
-                            Route::Node(b.node_id),
+                            server::Routing::Fixed(Route::Node(b.node_id)),
                             Arc::clone(&context),
                             limits.clone(),
                             Arc::clone(&admission),
@@ -505,7 +519,7 @@ fn layout(
     upstream: &UpstreamConfig,
     node: &NodeAddress,
     bound: SocketAddr,
-) -> ListenerLayout {
+) -> Result<ListenerLayout, StartError> {
     let bind_host = upstream.listener_host.clone().unwrap_or_else(|| {
         config
             .listen
@@ -514,7 +528,18 @@ fn layout(
             .trim_matches(['[', ']'])
             .to_owned()
     });
-    ListenerLayout {
+    // The config check refused a bad pattern; the advertised address is known
+    // only now (an ephemeral bootstrap port).
+    let server_names = match &upstream.sni_host {
+        Some(pattern) => Some(
+            u16::try_from(node.port)
+                .map_err(|e| e.to_string())
+                .and_then(|port| ServerNames::new(pattern, &node.host, port))
+                .map_err(StartError::ServerNames)?,
+        ),
+        None => None,
+    };
+    Ok(ListenerLayout {
         advertised_host: upstream
             .advertised_host
             .clone()
@@ -533,7 +558,8 @@ fn layout(
             .collect(),
         max_brokers: upstream.max_brokers,
         grace: Duration::from_millis(upstream.listener_grace_ms),
-    }
+        server_names,
+    })
 }
 
 /// Logs, once each for the life of the process, the ways kshim's ApiVersions

@@ -21,6 +21,7 @@ use crate::store::{FileStore, OverrideLog};
 use crate::tls::{TlsCell, TlsMaterial};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -208,6 +209,7 @@ impl Service {
                 .admin
                 .as_ref()
                 .map_or(64 * 1024, |a| a.max_body_bytes),
+            stopping: AtomicBool::new(false),
         });
         warn_about(&config);
         Ok(Service {

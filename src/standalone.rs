@@ -39,6 +39,8 @@ pub enum StartError {
     Advertised(String),
     #[error("kshim cluster: {0}")]
     Cluster(String),
+    #[error("upstream.listeners.sni_host: {0}")]
+    ServerNames(String),
 }
 
 /// A bound, not yet serving, standalone kshim.
@@ -102,7 +104,7 @@ impl Standalone {
         let admission = self.limits.admission();
         server::serve(
             self.listener,
-            crate::upstream::Route::Bootstrap,
+            server::Routing::Fixed(crate::upstream::Route::Bootstrap),
             self.context,
             self.limits,
             admission,
@@ -195,6 +197,7 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
             .collect(),
         idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
         frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
+        shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         request_timeout: Duration::from_millis(upstream.map_or(30_000, |u| u.request_timeout_ms)),
         budget: FrameBudget::new(config.max_queued_request_bytes),
         proxy_protocol: crate::server::ProxyProtocol {

@@ -69,11 +69,20 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     };
     let v1 = |line: &str| [[3u8].as_slice(), line.as_bytes(), b"\x00\x00\x00\x0aframe"].concat();
     vec![
-        ("v1-tcp4".into(), v1("PROXY TCP4 192.0.2.1 198.51.100.1 40000 9092\r\n")),
-        ("v1-tcp6".into(), v1("PROXY TCP6 2001:db8::1 2001:db8::2 40000 9092\r\n")),
+        (
+            "v1-tcp4".into(),
+            v1("PROXY TCP4 192.0.2.1 198.51.100.1 40000 9092\r\n"),
+        ),
+        (
+            "v1-tcp6".into(),
+            v1("PROXY TCP6 2001:db8::1 2001:db8::2 40000 9092\r\n"),
+        ),
         ("v1-unknown".into(), v1("PROXY UNKNOWN\r\n")),
         ("v2-inet".into(), v2(1, 0x11, &inet)),
-        ("v2-inet-tlv".into(), v2(1, 0x11, &[inet.as_slice(), &tlv].concat())),
+        (
+            "v2-inet-tlv".into(),
+            v2(1, 0x11, &[inet.as_slice(), &tlv].concat()),
+        ),
         ("v2-inet6".into(), v2(1, 0x21, &inet6)),
         ("v2-local".into(), v2(0, 0x00, &[])),
     ]

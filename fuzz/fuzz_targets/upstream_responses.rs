@@ -38,8 +38,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kshim::protocol::api_versions;
 use kshim::protocol::response::response_body_offset;
-use kshim::upstream::listeners::{BoundListener, ListenerLayout, Listeners};
 use kshim::protocol::rewrite::{rewrite_body, AddressBook};
+use kshim::upstream::listeners::{BoundListener, ListenerLayout, Listeners};
 use kshim::upstream::{cluster, configs};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Mutex, OnceLock};
@@ -103,6 +103,7 @@ fn listeners() -> &'static Listeners {
                 reserved: vec![("admin.listen", 9880)],
                 max_brokers: 3,
                 grace: Duration::from_millis(50),
+                server_names: None,
             };
             let (tx, rx) = mpsc::unbounded_channel();
             Book {
@@ -391,7 +392,12 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
                     .with_current_voters(vec![replica(3000)])
                     .with_observers(vec![replica(1), replica(2)])]),
         ]);
-        add("describequorum-v0".into(), DESCRIBE_QUORUM, 0, encode(&quorum, 0));
+        add(
+            "describequorum-v0".into(),
+            DESCRIBE_QUORUM,
+            0,
+            encode(&quorum, 0),
+        );
     }
     // A response frame: correlation id, empty header tags, then the body.
     if let Some(body) = encode(

@@ -27,6 +27,7 @@ use axum::{Extension, Json, Router};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The caller of one request, as its connection tells: the peer, and the
@@ -43,6 +44,9 @@ pub struct AdminState {
     pub context: Arc<Context>,
     pub access: Arc<AccessCell>,
     pub max_body_bytes: usize,
+    /// Set once kshim has been asked to stop (a signal): /readyz then reports
+    /// not ready, so that load balancers send new clients elsewhere.
+    pub stopping: AtomicBool,
 }
 
 /// An answer that is not a success: a status, a message, and per-key errors
@@ -223,10 +227,13 @@ async fn healthz() -> Json<Value> {
 /// in front of a cluster, while the cluster answers: a kshim whose upstream is
 /// gone cannot serve clients, so a load balancer should send them elsewhere.
 /// `/livez` (and `/healthz`) stay up meanwhile: nothing a restart would fix.
+/// Not ready either once kshim has been asked to stop, while it drains.
 async fn readyz(State(state): State<Shared>) -> Response {
     let mut checks = Map::new();
     checks.insert("store".into(), json!("loaded"));
-    let mut ready = true;
+    let stopping = state.stopping.load(Ordering::Relaxed);
+    checks.insert("stopping".into(), json!(stopping));
+    let mut ready = !stopping;
     if let Some(upstream) = &state.context.upstream {
         let view = upstream.view();
         let (answered, _) = upstream.refreshes();

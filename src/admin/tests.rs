@@ -87,6 +87,29 @@ impl Fixture {
 }
 
 #[tokio::test]
+async fn a_stopping_kshim_is_not_ready_but_alive() {
+    let f = Fixture::start("").await;
+    let (status, body) = f.call("GET", "/readyz", None, "").await;
+    assert_eq!(
+        (status, &body["checks"]["stopping"]),
+        (StatusCode::OK, &json!(false)),
+        "{body}"
+    );
+    f.service
+        .admin
+        .stopping
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let (status, body) = f.call("GET", "/readyz", None, "").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        (&body["ready"], &body["checks"]["stopping"]),
+        (&json!(false), &json!(true))
+    );
+    let (status, _) = f.call("GET", "/livez", None, "").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
 async fn health_is_open_and_everything_else_needs_the_token() {
     let f = Fixture::start("").await;
     let (status, body) = f.call("GET", "/healthz", None, "").await;

@@ -81,6 +81,19 @@ fn serve_would_accept(path: &std::path::Path) -> Result<Config, Vec<String>> {
     }
 }
 
+/// What `kshim serve` accepts but clients may not: shown, not failing the check.
+fn warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if let (Some(Ok(names)), Some(settings)) = (config.server_names(), &config.tls) {
+        if let Ok(material) = TlsMaterial::build("tls", settings) {
+            if let Some(why) = names.uncovered(&material.dns_names()) {
+                out.push(format!("upstream.listeners.sni_host: {why}"));
+            }
+        }
+    }
+    out
+}
+
 /// Runs the subcommand; the exit code is the result.
 pub fn run(args: ConfigArgs) -> Result<u8> {
     match args.command {
@@ -140,6 +153,9 @@ fn check(args: CheckArgs) -> Result<u8> {
     let validators = &config.policies.validators;
     if let Some(path) = &args.config {
         println!("{}: the configuration is valid", path.display());
+        for w in warnings(&config) {
+            eprintln!("{}: warning: {w}", path.display());
+        }
     }
     let Some(file) = &args.file else {
         return Ok(0);

@@ -1,14 +1,19 @@
 //! `kshim serve`: the standalone discovery server, or with an upstream the proxy;
 //! with `[admin]`, the admin API beside it. SIGHUP re-reads the config file
-//! through the same pipeline as the admin API's changes.
+//! through the same pipeline as the admin API's changes; SIGTERM drains and
+//! SIGINT stops (`stop_on_signal`).
 
 use anyhow::{Context as _, Result};
+use kshim::admin::AdminState;
 use kshim::config::{CliOverrides, ConfigSource};
 use kshim::features::kafka::KafkaRelease;
 use kshim::reconfig::Registry;
 use kshim::service::{LogControl, Service};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 #[derive(clap::Args, Debug)]
@@ -118,25 +123,88 @@ pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
         println!("kshim admin API on {scheme}://{addr}");
     }
     println!("kshim listening on {}", service.local_addr);
-    service.serve(stop_on_signal()).await;
+    let stop = stop_on_signal(
+        Arc::clone(&service.admin),
+        Duration::from_millis(service.config.shutdown_delay_ms),
+    )?;
+    service.serve(stop).await;
     Ok(())
 }
 
-/// Turns true on SIGINT or SIGTERM.
-fn stop_on_signal() -> watch::Receiver<bool> {
+/// Turns true when kshim is to stop accepting connections; open connections
+/// then finish the requests already read, within `shutdown_grace_ms`.
+///
+/// SIGTERM (what Kubernetes, systemd and `docker stop` send) drains first:
+/// /readyz reports not ready at once, so that load balancers send new clients
+/// elsewhere, and kshim keeps serving for `delay` (`shutdown_delay_ms`). SIGINT
+/// (Ctrl-C) stops without the delay, as does a second signal during it. A signal
+/// after that ends the process at once.
+fn stop_on_signal(admin: Arc<AdminState>, delay: Duration) -> Result<watch::Receiver<bool>> {
+    let mut signals = Signals::watch()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down");
+        let first = signals.next().await;
+        admin.stopping.store(true, Ordering::Relaxed);
+        if first == SignalKind::terminate() && !delay.is_zero() {
+            tracing::info!(
+                "SIGTERM: draining: /readyz reports not ready; serving for {} ms more \
+                 (shutdown_delay_ms), then accepting no new connections",
+                delay.as_millis()
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                again = signals.next() => tracing::info!("{}: the rest of shutdown_delay_ms skipped", name(again)),
+            }
+        }
+        tracing::info!(
+            "{}: shutting down: no new connections; open connections finish the requests \
+             already read (within shutdown_grace_ms)",
+            name(first)
+        );
         let _ = stop_tx.send(true);
+        let again = signals.next().await;
+        tracing::warn!(
+            "{}: exiting without waiting for the requests in flight",
+            name(again)
+        );
+        std::process::exit(1);
     });
-    stop_rx
+    Ok(stop_rx)
+}
+
+/// SIGINT and SIGTERM, as they arrive.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn watch() -> Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).context("watching SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("watching SIGTERM")?,
+        })
+    }
+
+    async fn next(&mut self) -> SignalKind {
+        tokio::select! {
+            _ = self.interrupt.recv() => SignalKind::interrupt(),
+            _ = self.terminate.recv() => SignalKind::terminate(),
+        }
+    }
+}
+
+fn name(kind: SignalKind) -> &'static str {
+    if kind == SignalKind::terminate() {
+        "SIGTERM"
+    } else {
+        "SIGINT"
+    }
 }
 
 /// On SIGHUP, reads the config file again and puts it in force (with the stored
 /// overrides over it), all or nothing.
 fn reload_on_hangup(path: PathBuf, registry: Arc<Registry>) {
-    use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {
         tracing::warn!(
             "SIGHUP cannot be watched; reloading {} is not available",
@@ -160,22 +228,4 @@ fn reload_on_hangup(path: PathBuf, registry: Arc<Registry>) {
             }
         }
     });
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

@@ -63,6 +63,12 @@ pub struct Config {
     /// File descriptors kept back from client connections, for the store, the
     /// admin API and kshim's own upstream connections.
     pub descriptor_reserve: usize,
+    /// After SIGTERM, how long kshim reports not ready and keeps serving before
+    /// it stops accepting connections.
+    pub shutdown_delay_ms: u64,
+    /// Once it has stopped accepting, how long open connections have to finish
+    /// the requests already read.
+    pub shutdown_grace_ms: u64,
     pub draft_tags: bool,
     /// The Apache Kafka release a standalone kshim presents: its features,
     /// metadata.version names and rules, and what a first start finalizes.
@@ -123,6 +129,9 @@ pub struct UpstreamConfig {
     pub advertised_host: Option<String>,
     /// Node N listens on port_base + N; default: the listen port + 1; 0: ephemeral.
     pub port_base: Option<u16>,
+    /// Every broker on the bootstrap port under the TLS server name this
+    /// pattern gives it (`{node_id}` replaced), instead of a port each.
+    pub sni_host: Option<String>,
     pub ports: BTreeMap<i32, u16>,
     /// Credentials for kshim's own connections (discovery, forwarded
     /// UpdateFeatures). Client connections carry their clients' own SASL.
@@ -145,6 +154,7 @@ impl Default for UpstreamConfig {
             listener_host: None,
             advertised_host: None,
             port_base: None,
+            sni_host: None,
             ports: BTreeMap::new(),
             sasl: None,
             tls: None,
@@ -171,6 +181,8 @@ impl Default for Config {
             frame_read_timeout_ms: 60_000,
             max_queued_request_bytes: crate::server::default_queued_request_bytes(),
             descriptor_reserve: 256,
+            shutdown_delay_ms: 5_000,
+            shutdown_grace_ms: 30_000,
             draft_tags: true,
             kafka_release: KafkaRelease::newest(),
             supported: None,
@@ -193,6 +205,45 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The TLS server names brokers are told apart by, when
+    /// `upstream.listeners.sni_host` is set: the bootstrap's name is the host of
+    /// `advertised_listener` (or `listen`), and every name comes with its port.
+    pub fn server_names(&self) -> Option<Result<crate::upstream::sni::ServerNames, String>> {
+        let pattern = self.upstream.as_ref()?.sni_host.as_deref()?;
+        let advertised = self.advertised_listener.as_deref().unwrap_or(&self.listen);
+        let Some((host, port)) = advertised.rsplit_once(':') else {
+            return Some(Err(format!("{advertised} is not HOST:PORT")));
+        };
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| format!("{advertised} is not HOST:PORT"));
+        Some(port.and_then(|port| {
+            crate::upstream::sni::ServerNames::new(pattern, host.trim_matches(['[', ']']), port)
+        }))
+    }
+
+    fn check_server_names(&self, u: &UpstreamConfig, errors: &mut Vec<ConfigError>) {
+        let Some(names) = self.server_names() else {
+            return;
+        };
+        let key = "upstream.listeners.sni_host";
+        if let Err(e) = names {
+            errors.push(ConfigError::new(key, e));
+        }
+        if self.tls.is_none() {
+            errors.push(ConfigError::new(
+                key,
+                "brokers are told apart by the TLS server name, so [tls] must be set",
+            ));
+        }
+        if u.port_base.is_some() || !u.ports.is_empty() {
+            errors.push(ConfigError::new(
+                key,
+                "every broker is served on the bootstrap port: port_base and ports do not apply",
+            ));
+        }
+    }
+
     /// Parses a TOML document, reporting every error at once. Placeholders are
     /// left as they are (see `ConfigSource` for the whole way in).
     pub fn from_toml(text: &str) -> Result<Config, ConfigErrors> {
@@ -245,6 +296,12 @@ impl Config {
             }
             if let Some(v) = top.int::<usize>("descriptor_reserve", "a count of descriptors") {
                 c.descriptor_reserve = v;
+            }
+            if let Some(v) = top.int::<u64>("shutdown_delay_ms", "a number of milliseconds") {
+                c.shutdown_delay_ms = v;
+            }
+            if let Some(v) = top.int::<u64>("shutdown_grace_ms", "a number of milliseconds") {
+                c.shutdown_grace_ms = v;
             }
             if let Some(v) = top.string("kafka_release") {
                 match KafkaRelease::named(&v) {
@@ -391,6 +448,9 @@ impl Config {
                 "upstream.listeners.advertised_host",
                 format!("{host} is not an address clients can connect to"),
             ));
+        }
+        if let Some(u) = &self.upstream {
+            self.check_server_names(u, errors);
         }
         if let Some(admin) = &self.admin {
             check_host_port("admin.listen", &admin.listen, errors);

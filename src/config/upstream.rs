@@ -84,6 +84,7 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> 
         u.listener_host = w.string("host");
         u.advertised_host = w.string("advertised_host");
         u.port_base = w.int::<u16>("port_base", "0 to 65535");
+        u.sni_host = w.string("sni_host");
         let ports = w.table("ports");
         w.finish();
         for (node, port) in ports.into_iter().flatten() {

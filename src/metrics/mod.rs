@@ -64,16 +64,20 @@ pub enum ConnectionRefusal {
     /// With `proxy_protocol`: a connection from outside
     /// `proxy_protocol_trusted`, or without a valid header in time.
     ProxyProtocol,
+    /// With `upstream.listeners.sni_host`: a TLS server name that is neither
+    /// the bootstrap's nor a broker's, or none.
+    ServerName,
 }
 
 impl ConnectionRefusal {
-    const ALL: [ConnectionRefusal; 6] = [
+    const ALL: [ConnectionRefusal; 7] = [
         ConnectionRefusal::ConnectionLimit,
         ConnectionRefusal::AddressLimit,
         ConnectionRefusal::Descriptors,
         ConnectionRefusal::TlsHandshake,
         ConnectionRefusal::NoPrincipal,
         ConnectionRefusal::ProxyProtocol,
+        ConnectionRefusal::ServerName,
     ];
 
     fn label(self) -> &'static str {
@@ -84,6 +88,7 @@ impl ConnectionRefusal {
             ConnectionRefusal::TlsHandshake => "tls_handshake",
             ConnectionRefusal::NoPrincipal => "no_principal",
             ConnectionRefusal::ProxyProtocol => "proxy_protocol",
+            ConnectionRefusal::ServerName => "server_name",
         }
     }
 }

@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 31] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 33] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -112,6 +112,16 @@ pub(super) const RESTART_ONLY: [RestartOnly; 31] = [
         key: Some("proxy_protocol_trusted"),
         name: "proxy_protocol_trusted",
         same: |a, b| a.proxy_protocol_trusted == b.proxy_protocol_trusted,
+    },
+    RestartOnly {
+        key: Some("shutdown_delay_ms"),
+        name: "shutdown_delay_ms",
+        same: |a, b| a.shutdown_delay_ms == b.shutdown_delay_ms,
+    },
+    RestartOnly {
+        key: Some("shutdown_grace_ms"),
+        name: "shutdown_grace_ms",
+        same: |a, b| a.shutdown_grace_ms == b.shutdown_grace_ms,
     },
     RestartOnly {
         key: Some("descriptor_reserve"),

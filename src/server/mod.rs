@@ -23,6 +23,23 @@ use tokio_util::task::TaskTracker;
 /// How long a client has to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A fatal TLS alert, unrecognized_name (112), as a plaintext record: the answer
+/// to a ClientHello whose server name is neither the bootstrap's nor a broker's.
+const UNRECOGNIZED_NAME: [u8; 7] = [21, 3, 3, 0, 2, 2, 112];
+
+/// The route a TLS server name asks for; `None` refuses the connection.
+pub type RouteByName = Arc<dyn Fn(Option<&str>) -> Option<Route> + Send + Sync>;
+
+/// Which upstream broker the connections of a listener are for.
+#[derive(Clone)]
+pub enum Routing {
+    /// The listener's own: the bootstrap, or one broker's port.
+    Fixed(Route),
+    /// Each TLS connection by the server name in its ClientHello
+    /// (`upstream.listeners.sni_host`).
+    ByServerName(RouteByName),
+}
+
 /// Limits that protect kshim from its peers.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -112,7 +129,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(600),
             frame_timeout: Duration::from_secs(60),
             max_in_flight: 64,
-            shutdown_grace: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
             budget: FrameBudget::new(default_queued_request_bytes()),
         }
@@ -144,6 +161,36 @@ pub fn default_queued_request_bytes() -> usize {
     (memory / 10).max(2 * crate::protocol::DEFAULT_MAX_FRAME_BYTES)
 }
 
+/// Answers a ClientHello whose server name routes nowhere with the
+/// unrecognized_name alert, counts it, and logs the name (once per name).
+async fn refuse_server_name(
+    mut stream: tokio::net::TcpStream,
+    name: Option<String>,
+    peer: SocketAddr,
+    ctx: &Context,
+) {
+    use tokio::io::AsyncWriteExt;
+    static LOGGED: crate::log_limit::OncePerCause = crate::log_limit::OncePerCause::new(1024);
+    ctx.metrics
+        .connection_refused(ConnectionRefusal::ServerName);
+    let shown = name.as_deref().map_or_else(
+        || "no server name".to_owned(),
+        |n| format!("server name \"{n}\""),
+    );
+    if LOGGED.first(&shown) {
+        tracing::info!(
+            %peer,
+            "TLS connection refused (unrecognized_name): {shown} is neither the bootstrap's nor a \
+             broker's (upstream.listeners.sni_host); logged once per name"
+        );
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(&UNRECOGNIZED_NAME).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
 fn is_out_of_descriptors(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
@@ -163,13 +210,13 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 
 /// Accepts connections until `shutdown` turns true, then lets open connections
 /// finish the requests they have read (up to the grace period) and returns.
-/// `route` says which upstream broker, if any, the listener stands for.
+/// `routing` says which upstream broker, if any, each connection is for.
 /// `admission` caps connections across every listener that shares it. With `tls`,
 /// every connection starts with a handshake using the material in force at that
 /// moment.
 pub async fn serve(
     listener: TcpListener,
-    route: Route,
+    routing: Routing,
     ctx: Arc<Context>,
     limits: Limits,
     admission: Arc<Admission>,
@@ -205,6 +252,7 @@ pub async fn serve(
                 let shutdown = shutdown.clone();
                 let admission = Arc::clone(&admission);
                 let tls = tls.as_ref().map(|cell| cell.current());
+                let routing = routing.clone();
                 tracker.spawn(async move {
                     let mut stream = stream;
                     let Some(addr) = limits.proxy_protocol.client_address(&mut stream, socket, &ctx.metrics).await else {
@@ -222,15 +270,48 @@ pub async fn serve(
                             return;
                         }
                     };
-                    let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route, tls: false };
+                    let fixed = match &routing {
+                        Routing::Fixed(route) => *route,
+                        // The config check requires [tls] for routing by name.
+                        Routing::ByServerName(_) => Route::Bootstrap,
+                    };
+                    let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route: fixed, tls: false };
                     match tls {
                         None => {
                             let _open = ctx.metrics.connection_opened();
                             connection::run(stream, peer, ctx, &limits, shutdown).await;
                         }
                         Some(material) => {
-                            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&material.config));
-                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+                            let hello = tokio::time::timeout_at(
+                                deadline,
+                                tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),
+                            );
+                            let start = match hello.await {
+                                Ok(Ok(start)) => start,
+                                // The client's doing: logged at debug.
+                                Ok(Err(e)) => {
+                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
+                                    tracing::debug!(peer = %addr, "TLS handshake failed: {e}");
+                                    return;
+                                }
+                                Err(_) => {
+                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
+                                    tracing::debug!(peer = %addr, "TLS handshake timed out");
+                                    return;
+                                }
+                            };
+                            if let Routing::ByServerName(route_of) = &routing {
+                                let name = start.client_hello().server_name().map(str::to_owned);
+                                match route_of(name.as_deref()) {
+                                    Some(route) => peer.route = route,
+                                    None => {
+                                        refuse_server_name(start.io, name, addr, &ctx).await;
+                                        return;
+                                    }
+                                }
+                            }
+                            match tokio::time::timeout_at(deadline, start.into_stream(Arc::clone(&material.config))).await {
                                 Ok(Ok(stream)) => {
                                     peer.tls = true;
                                     let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
@@ -245,11 +326,10 @@ pub async fn serve(
                                             }
                                         }
                                     }
-                                    tracing::debug!(peer = %addr, principal = %peer.principal, "TLS connection");
+                                    tracing::debug!(peer = %addr, principal = %peer.principal, route = ?peer.route, "TLS connection");
                                     let _open = ctx.metrics.connection_opened();
                                     connection::run(stream, peer, ctx, &limits, shutdown).await;
                                 }
-                                // The client's doing: logged at debug.
                                 Ok(Err(e)) => {
                                     ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
                                     tracing::debug!(peer = %addr, "TLS handshake failed: {e}");

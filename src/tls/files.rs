@@ -269,6 +269,36 @@ pub(crate) fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
     validity(leaf).map(|(_, not_after)| not_after)
 }
 
+/// The DNS names a certificate is for: its subject alternative names, or,
+/// without any, its subject's common name (as clients fall back to it).
+pub(crate) fn dns_names(cert: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(cert) else {
+        return Vec::new();
+    };
+    let sans: Vec<String> = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|ext| {
+            ext.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => Some((*d).to_owned()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !sans.is_empty() {
+        return sans;
+    }
+    cert.subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_owned))
+        .collect()
+}
+
 /// A certificate's (not before, not after), in seconds since the epoch.
 pub(crate) fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
     x509_parser::parse_x509_certificate(cert)

@@ -105,6 +105,11 @@ pub struct TlsMaterial {
 }
 
 impl TlsMaterial {
+    /// The DNS names the certificate is for.
+    pub fn dns_names(&self) -> Vec<String> {
+        super::files::dns_names(&self.leaf)
+    }
+
     pub fn build(section: &str, settings: &ListenerTls) -> Result<TlsMaterial, TlsError> {
         let principals = match &settings.principal_mapping_rules {
             Some(text) => PrincipalRules::parse(text)

@@ -11,7 +11,13 @@
 //!
 //! What the upstream says is bounded: at most `max_brokers` node ids get a
 //! listener, and no broker's port may be one of kshim's own or another node's.
+//!
+//! With `upstream.listeners.sni_host` no port is bound per broker: every broker
+//! is served on the bootstrap listener, under a TLS server name of its own
+//! (`sni::ServerNames`), and a node id is known here for routing and addresses
+//! only.
 
+use super::sni::ServerNames;
 use crate::protocol::rewrite::AddressBook;
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -47,6 +53,9 @@ pub struct ListenerLayout {
     pub max_brokers: usize,
     /// How long the listener of a broker that left stays open.
     pub grace: Duration,
+    /// Every broker on the bootstrap listener, by TLS server name, instead of
+    /// a port each.
+    pub server_names: Option<ServerNames>,
 }
 
 impl ListenerLayout {
@@ -164,6 +173,27 @@ impl Listeners {
                 self.layout.max_brokers
             ));
         }
+        if let Some(names) = &self.layout.server_names {
+            tracing::info!(
+                node = node_id,
+                "broker {node_id} ({upstream}) is served on the bootstrap listener as {}:{}",
+                names.host_of(node_id),
+                names.port
+            );
+            let (generation, _) = watch::channel(0);
+            let (close, _) = watch::channel(false);
+            nodes.insert(
+                node_id,
+                NodeListener {
+                    port: names.port,
+                    upstream: upstream.to_owned(),
+                    generation,
+                    gone_since: None,
+                    close,
+                },
+            );
+            return Ok(names.port);
+        }
         let wanted = self.layout.port_for(node_id)?;
         let socket = TcpListener::bind((self.layout.bind_host.as_str(), wanted))
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -240,6 +270,21 @@ impl Listeners {
         }
     }
 
+    /// With `sni_host`, the route a TLS server name asks for: the bootstrap, or
+    /// a broker kshim serves now (or within its grace period). `None` without
+    /// `sni_host`, or for a name that is neither.
+    pub fn route_by_name(&self, server_name: Option<&str>) -> Option<Route> {
+        match self.layout.server_names.as_ref()?.route(server_name)? {
+            Route::Node(id) if !self.lock().contains_key(&id) => None,
+            route => Some(route),
+        }
+    }
+
+    /// Whether brokers are told apart by TLS server name (`sni_host`).
+    pub fn by_server_name(&self) -> bool {
+        self.layout.server_names.is_some()
+    }
+
     /// Node ids with a listener now.
     pub fn served(&self) -> usize {
         self.lock().len()
@@ -261,7 +306,11 @@ impl AddressBook for Listeners {
     ) -> Result<(String, i32), String> {
         let upstream = super::cluster::host_port(upstream_host, upstream_port);
         let port = self.ensure(node_id, &upstream)?;
-        Ok((self.layout.advertised_host.clone(), i32::from(port)))
+        let host = match &self.layout.server_names {
+            Some(names) => names.host_of(node_id),
+            None => self.layout.advertised_host.clone(),
+        };
+        Ok((host, i32::from(port)))
     }
 }
 
@@ -279,6 +328,7 @@ mod tests {
             reserved: vec![("admin.listen", 9880)],
             max_brokers: 3,
             grace: Duration::from_millis(50),
+            server_names: None,
         }
     }
 
@@ -352,5 +402,34 @@ mod tests {
         listeners.ensure(4, "10.0.0.1:9092").unwrap();
         listeners.close_all();
         assert!(*bound[0].closed.borrow_and_update());
+    }
+
+    #[test]
+    fn by_server_name_no_port_is_bound_and_only_known_brokers_are_routed() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut l = layout(20000);
+        l.server_names =
+            Some(ServerNames::new("b-{node_id}.kafka.test", "kafka.test", 9093).unwrap());
+        let listeners = Listeners::new(l, tx);
+        assert_eq!(
+            listeners.route_by_name(Some("b-1.kafka.test")),
+            None,
+            "not known yet"
+        );
+        assert_eq!(
+            listeners.client_address(1, "10.0.0.1", 9092).unwrap(),
+            ("b-1.kafka.test".to_owned(), 9093)
+        );
+        assert!(rx.try_recv().is_err(), "nothing bound");
+        assert_eq!(
+            listeners.route_by_name(Some("B-1.kafka.test")),
+            Some(Route::Node(1))
+        );
+        assert_eq!(
+            listeners.route_by_name(Some("kafka.test")),
+            Some(Route::Bootstrap)
+        );
+        assert_eq!(listeners.route_by_name(Some("b-2.kafka.test")), None);
+        assert_eq!(listeners.route_by_name(None), None);
     }
 }

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod configs;
 pub mod link;
 pub mod listeners;
+pub mod sni;
 
 pub use cluster::{ClusterView, UpstreamFeatures};
 pub use link::{LinkSettings, UnknownApiKeys, UpstreamLink};

@@ -68,14 +68,16 @@ def _unregister(proc: subprocess.Popen) -> None:
         _live.pop(proc.pid, None)
 
 
-def stop_process(proc: subprocess.Popen | None, timeout: float = STOP_TIMEOUT_S) -> int | None:
-    """SIGTERM the process by its PID, then SIGKILL it if it has not exited within `timeout`."""
+def stop_process(proc: subprocess.Popen | None, timeout: float = STOP_TIMEOUT_S,
+                 sig: int = signal.SIGTERM) -> int | None:
+    """Signal the process by its PID (SIGTERM unless `sig` says otherwise), then SIGKILL it if
+    it has not exited within `timeout`."""
     if proc is None:
         return None
     try:
         if proc.poll() is None:
             try:
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, sig)
             except ProcessLookupError:
                 pass
             try:
@@ -1658,7 +1660,8 @@ class KshimProcess:
     [upstream] table (or, with `upstream_via_cli`, the brokers go on `--upstream`), and kshim
     runs with RUST_LOG=`rust_log` so that its upstream connections are logged.
     `listener_ports` {node_id: port} pins the per-node listeners; `port_base` 0 lets kshim
-    pick an ephemeral port per node.
+    pick an ephemeral port per node. `host` and `port` are the bootstrap listener's (default
+    127.0.0.1 and a free port). `stop()` sends SIGINT, which skips the drain of SIGTERM.
     """
 
     def __init__(
@@ -1677,13 +1680,16 @@ class KshimProcess:
         rust_log: str | None = None,
         env: dict[str, str] | None = None,
         kafka_release: str | None = "4.1",
+        host: str = "127.0.0.1",
+        port: int | None = None,
     ):
         self.binary = require_kshim_binary(binary)
+        self.host = host
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kshim-"))
         self.data_dir = self.workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.config_path = self.workdir / "kshim.toml"
         self.upstream = upstream
         self.listener_ports = dict(listener_ports or {})
@@ -1713,7 +1719,7 @@ class KshimProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -1747,20 +1753,22 @@ class KshimProcess:
         self.proc = _spawn(cmd, cwd=self.workdir, log_path=self.log_path, env=env)
         deadline = time.monotonic() + timeout
         # Ready once its bootstrap, every pinned per-node listener and the admin API accept.
-        ports = [self.port, *self.listener_ports.values(), *self._admin_port()]
+        addresses = [(self.host, p) for p in (self.port, *self.listener_ports.values())]
+        addresses += [("127.0.0.1", p) for p in self._admin_port()]
         while time.monotonic() < deadline:
             if not self.alive():
                 rc = self.proc.returncode
                 raise EnvError(f"kshim exited with rc={rc} during startup\n--- {self.log_path}:\n{tail(self.log_path)}")
-            if all(port_accepts("127.0.0.1", p, timeout=0.5) for p in ports):
+            if all(port_accepts(h, p, timeout=0.5) for h, p in addresses):
                 return self
             time.sleep(0.1)
         self.stop()
         raise EnvError(f"kshim did not accept on {self.bootstrap} within {timeout}s\n{tail(self.log_path)}")
 
     def stop(self) -> int | None:
-        rc = stop_process(self.proc)
-        return rc
+        """SIGINT: kshim stops without the drain SIGTERM starts with (shutdown_delay_ms),
+        which no test waits for unless it asks (test_drain.py)."""
+        return stop_process(self.proc, sig=signal.SIGINT)
 
     def _admin_port(self) -> list[int]:
         """The admin API's fixed port, when the config gives one (it binds after the Kafka

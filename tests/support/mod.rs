@@ -2,7 +2,10 @@
 //! ([`fake_broker`]), starting a proxy in process, and reading the address a
 //! `kshim serve` child prints.
 
-#![allow(dead_code, reason = "not every helper has a caller in every test build")]
+#![allow(
+    dead_code,
+    reason = "not every helper has a caller in every test build"
+)]
 
 pub mod fake_broker;
 
