@@ -8,16 +8,16 @@
 #   FUZZ_TARGETS   space-separated targets to run (default: every target)
 #   FUZZ_KEEP_CORPUS=1  start from fuzz/corpus/<target> as a previous run left it
 #                       (seeds added), instead of from the seeds alone
-#   FUZZ_INSTRUMENT  the crates built with coverage instrumentation (default:
-#                    "kshim kshim-fuzz kafka-protocol"); the others are the main
-#                    build's, shared with it
+#   FUZZ_INSTRUMENT_ALL=1  instrument every crate (kafka-protocol's decoders, serde's,
+#                    toml's too), built apart from the main build, for long runs; by
+#                    default only kshim and the targets are, and every dependency is
+#                    the main build's
 #   --write-seeds  rewrite the generated seeds (fuzz/seeds/*/gen-*) and exit
 #
 # Any crash, timeout (-timeout=10 per input), out-of-memory (-rss_limit_mb=1024)
 # or oversized allocation fails the run: the target, the artifact and the replay
 # command are printed, every target still runs, and the exit status is 1.
-# No nightly toolchain and no cargo-fuzz are needed: the build runs with
-# RUSTC_BOOTSTRAP=1 on the stable toolchain.
+# Neither a nightly toolchain nor cargo-fuzz is needed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUZZ="$ROOT/fuzz"
@@ -26,7 +26,6 @@ cd "$ROOT"
 FUZZ_SECONDS="${FUZZ_SECONDS:-300}"
 BIN="$ROOT/target/release"
 LOGS="$FUZZ/corpus/logs"
-INSTRUMENT="${FUZZ_INSTRUMENT:-kshim kshim-fuzz kafka-protocol}"
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'fuzz: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -47,28 +46,27 @@ else
   targets=("${all_targets[@]}")
 fi
 
-# One build for every target, into the main target directory with the main release
-# profile: kshim-fuzz is a member of kshim's workspace (outside its default members, so
-# `cargo test` never builds it), and every crate outside FUZZ_INSTRUMENT is the very
-# artifact `cargo test --release` built. The crates in FUZZ_INSTRUMENT get libFuzzer's
-# coverage instrumentation (what cargo-fuzz passes to every crate: inline 8-bit edge
-# counters, the PC table, comparison tracing, stack depth, no branch folding) and
-# `--cfg fuzzing`, at opt-level 1 (a quicker build; inputs run 10-20% slower than at 3).
-# No sanitizer: kshim is safe Rust, and the targets' allocator guard and -rss_limit_mb
-# bound memory.
-SANCOV='["-Cpasses=sancov-module", "-Cllvm-args=-sanitizer-coverage-level=4",
-  "-Cllvm-args=-sanitizer-coverage-inline-8bit-counters", "-Cllvm-args=-sanitizer-coverage-pc-table",
-  "-Cllvm-args=-sanitizer-coverage-trace-compares", "-Cllvm-args=-sanitizer-coverage-stack-depth",
-  "-Cllvm-args=-simplifycfg-branch-fold-threshold=0", "--cfg", "fuzzing"]'
-profile=()
-for crate in $INSTRUMENT; do
-  profile+=(--config "profile.release.package.$crate.rustflags=$SANCOV"
-    --config "profile.release.package.$crate.opt-level=1")
-done
-step "building ${#all_targets[@]} fuzz targets (instrumented: $INSTRUMENT)"
+# One build for every target. By default, into the main target directory with the main
+# release profile: kshim-fuzz is a member of kshim's workspace (outside its default members,
+# so `cargo test` never builds it), cargo runs scripts/fuzz-rustc for the workspace's own
+# crates only (RUSTC_WORKSPACE_WRAPPER), which instruments kshim and the targets, and every
+# dependency is the very artifact `cargo test --release` built. With FUZZ_INSTRUMENT_ALL=1,
+# every crate is instrumented (RUSTFLAGS, as cargo-fuzz does), in a target directory of its
+# own. No sanitizer either way: kshim is safe Rust, and the targets' allocator guard and
+# -rss_limit_mb bound memory. No nightly toolchain is needed.
+if [ "${FUZZ_INSTRUMENT_ALL:-0}" = 1 ]; then
+  TRIPLE="$(rustc -vV | sed -n 's/^host: //p')"
+  BIN="$ROOT/target/fuzz-all/$TRIPLE/release"
+  flags="$("$ROOT/scripts/fuzz-rustc" --flags)"
+  step "building ${#all_targets[@]} fuzz targets, every crate instrumented (target/fuzz-all)"
+  build=(env RUSTFLAGS="$flags" CARGO_TARGET_DIR="$ROOT/target/fuzz-all"
+    cargo build --release -p kshim-fuzz --bins --target "$TRIPLE")
+else
+  step "building ${#all_targets[@]} fuzz targets, kshim and the targets instrumented"
+  build=(env RUSTC_WORKSPACE_WRAPPER="$ROOT/scripts/fuzz-rustc" cargo build --release -p kshim-fuzz --bins)
+fi
 build_started=$SECONDS
-RUSTC_BOOTSTRAP=1 cargo build --release -p kshim-fuzz --bins -Zprofile-rustflags "${profile[@]}" \
-  || die "cargo build of the fuzz targets failed"
+"${build[@]}" || die "cargo build of the fuzz targets failed"
 step "built in $((SECONDS - build_started)) s"
 
 # Scratch directories the targets create (data directories, state files).
