@@ -2,7 +2,7 @@
 # Installs everything the interop tests need, and nothing twice:
 #   - Debian packages kcat, openssl and socat (and a JDK, Maven, python3-venv when those are
 #     missing); socat is the plain TCP relay of scripts/bench-proxy.sh
-#   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client
+#   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client, PyYAML
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
 #   - kafka-clients and kafka-server-common of each release in data/kafka/, with slf4j-api
 #     (build/kafka-releases/)
@@ -10,7 +10,8 @@
 #     pom at other versions)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
 #     (kshim-go-probe, kshim-go-client) built into build/bin/
-#   - a C++ compiler, for libFuzzer (built by the fuzz targets' libfuzzer-sys)
+#   - a C++ compiler, for libFuzzer (built by the fuzz targets' libfuzzer-sys), and a C compiler
+#     for the SNI tests' test resolver
 # Safe to run again: each step checks first and skips what is already in place.
 set -euo pipefail
 
@@ -31,6 +32,7 @@ PY_PACKAGES=(
   "kafka-python==3.0.12"
   "confluent-kafka==2.16.1"
   "prometheus-client==0.26.0"
+  "pyyaml==6.0.3"
 )
 
 step() { printf '==> %s\n' "$*"; }
@@ -45,7 +47,10 @@ have_pkg openssl || missing+=(openssl)
 have_pkg socat || missing+=(socat)
 # GNU time: the test command measures the fuzzing's CPU time with it.
 [ -x /usr/bin/time ] || missing+=(time)
+# A C++ compiler: libfuzzer-sys builds libFuzzer (scripts/fuzz.sh).
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
+# A C compiler: the SNI tests build a getaddrinfo() for their clients (tests/interop/native).
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)

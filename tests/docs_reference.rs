@@ -2,7 +2,10 @@
 //! change without the other:
 //! - docs/reference/config.md against the key paths the config parser accepts
 //!   (`kshim::config::accepted_keys`);
-//! - docs/reference/metrics.md against the series names `/metrics` serves.
+//! - docs/reference/metrics.md against the series names `/metrics` serves;
+//! - the Grafana dashboard (deploy/grafana/kshim-dashboard.json): every series its
+//!   queries name is served, and every label they group by is one metrics.md
+//!   gives that series.
 //!
 //! Key paths are written as `kshim::config::key_paths` writes them:
 //! `upstream.tls.ca`, `policy.validators[].min` (every item of a list of tables
@@ -388,4 +391,74 @@ fn key_tables_read_as_the_toml_they_describe() {
     .collect();
     assert_eq!(keys, expected);
     assert!(documented_keys("| key |\n|---|\n| listen |\n").is_err());
+}
+
+/// Each series metrics.md documents, with the labels in its row's second
+/// column (backticked words).
+fn documented_labels(page: &str) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in page.lines().filter(|l| l.starts_with("| `kshim_")) {
+        let cells: Vec<&str> = line.split('|').collect();
+        let labels: BTreeSet<String> = cells
+            .get(2)
+            .map(|c| backticked(c).into_iter().map(str::to_owned).collect())
+            .unwrap_or_default();
+        for name in backticked(cells[1]) {
+            out.insert(name.to_owned(), labels.clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_queries_only_series_kshim_serves_by_labels_they_have() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/grafana/kshim-dashboard.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let served = served_series();
+    let labels = documented_labels(&page("metrics.md"));
+    let series = regex::Regex::new(r"\bkshim_[a-z_]+").unwrap();
+    let grouping =
+        regex::Regex::new(r"\bby \(([^)]*)\)\s*\(([^()]*(?:\([^()]*\))?[^()]*)\)").unwrap();
+    let mut problems = Vec::new();
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            queries += 1;
+            for name in series.find_iter(expr).map(|m| m.as_str()) {
+                let base = ["_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix).filter(|b| served.contains(*b)))
+                    .unwrap_or(name);
+                if !served.contains(base) {
+                    problems.push(format!(
+                        "{}: {name} is not a series /metrics serves",
+                        panel["title"]
+                    ));
+                }
+            }
+            for group in grouping.captures_iter(expr) {
+                let inner = &group[2];
+                let Some(name) = series.find(inner).map(|m| m.as_str()) else {
+                    continue;
+                };
+                let base = name.strip_suffix("_bucket").unwrap_or(name);
+                let known = labels.get(base).cloned().unwrap_or_default();
+                for label in group[1].split(',').map(str::trim) {
+                    let scraped = ["instance", "job"].contains(&label);
+                    let histogram = label == "le" && name.ends_with("_bucket");
+                    if !scraped && !histogram && !known.contains(label) {
+                        problems.push(format!(
+                            "{}: {base} has no label {label} (metrics.md gives {known:?})",
+                            panel["title"]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(queries >= 10, "only {queries} queries in the dashboard");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

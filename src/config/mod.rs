@@ -45,7 +45,8 @@ pub struct Config {
     pub cluster_id: Option<String>,
     pub max_frame_bytes: usize,
     pub max_connections: usize,
-    /// Open connections from one address (Kafka's `max.connections.per.ip`).
+    /// Open connections from one address (Kafka's `max.connections.per.ip`);
+    /// by default, as in Kafka, no limit but `max_connections`.
     pub max_connections_per_ip: usize,
     /// Per-address exceptions to `max_connections_per_ip`.
     pub max_connections_per_ip_overrides: BTreeMap<std::net::IpAddr, usize>,
@@ -173,7 +174,7 @@ impl Default for Config {
             cluster_id: None,
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
             max_connections: 10_000,
-            max_connections_per_ip: 1_000,
+            max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: BTreeMap::new(),
             proxy_protocol: crate::server::proxy_protocol::Mode::Off,
             proxy_protocol_trusted: Vec::new(),

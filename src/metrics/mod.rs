@@ -69,6 +69,25 @@ pub enum ConnectionRefusal {
     ServerName,
 }
 
+/// What a client connection is for: the bootstrap (any broker will do), or
+/// one broker (its own port, or its TLS server name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerRoute {
+    Bootstrap,
+    Broker,
+}
+
+impl ListenerRoute {
+    const ALL: [ListenerRoute; 2] = [ListenerRoute::Bootstrap, ListenerRoute::Broker];
+
+    fn label(self) -> &'static str {
+        match self {
+            ListenerRoute::Bootstrap => "bootstrap",
+            ListenerRoute::Broker => "broker",
+        }
+    }
+}
+
 impl ConnectionRefusal {
     const ALL: [ConnectionRefusal; 7] = [
         ConnectionRefusal::ConnectionLimit,
@@ -196,8 +215,8 @@ pub struct Metrics {
     latency: Box<[Histogram]>,
     bytes_received: AtomicU64,
     bytes_sent: AtomicU64,
-    connections_open: AtomicI64,
-    connections_accepted: AtomicU64,
+    connections_open: [AtomicI64; ListenerRoute::ALL.len()],
+    connections_accepted: [AtomicU64; ListenerRoute::ALL.len()],
     connections_refused: [AtomicU64; ConnectionRefusal::ALL.len()],
     connections_closed: [AtomicU64; Closure::ALL.len()],
     sasl_authentications: AtomicU64,
@@ -232,8 +251,8 @@ impl Metrics {
             latency: (0..API_KEYS * 3).map(|_| Histogram::new()).collect(),
             bytes_received: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
-            connections_open: AtomicI64::new(0),
-            connections_accepted: AtomicU64::new(0),
+            connections_open: std::array::from_fn(|_| AtomicI64::new(0)),
+            connections_accepted: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_refused: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
             sasl_authentications: AtomicU64::new(0),
@@ -266,12 +285,13 @@ impl Metrics {
         self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    /// A client connection was accepted (and, with TLS, its handshake done).
-    /// The returned guard counts it as open until dropped.
-    pub fn connection_opened(self: &Arc<Self>) -> OpenConnection {
-        self.connections_accepted.fetch_add(1, Ordering::Relaxed);
-        self.connections_open.fetch_add(1, Ordering::Relaxed);
-        OpenConnection(Arc::clone(self))
+    /// A client connection was accepted (and, with TLS, its handshake done),
+    /// for the bootstrap or for a broker. The returned guard counts it as open
+    /// until dropped.
+    pub fn connection_opened(self: &Arc<Self>, route: ListenerRoute) -> OpenConnection {
+        self.connections_accepted[route as usize].fetch_add(1, Ordering::Relaxed);
+        self.connections_open[route as usize].fetch_add(1, Ordering::Relaxed);
+        OpenConnection(Arc::clone(self), route)
     }
 
     pub fn connection_refused(&self, why: ConnectionRefusal) {
@@ -308,11 +328,11 @@ impl Metrics {
     }
 }
 
-pub struct OpenConnection(Arc<Metrics>);
+pub struct OpenConnection(Arc<Metrics>, ListenerRoute);
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+        self.0.connections_open[self.1 as usize].fetch_sub(1, Ordering::Relaxed);
     }
 }
 

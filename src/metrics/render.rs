@@ -80,11 +80,6 @@ impl Metrics {
                 &self.bytes_sent,
             ),
             (
-                "kshim_connections_accepted_total",
-                "Client connections accepted (after the TLS handshake, with TLS).",
-                &self.connections_accepted,
-            ),
-            (
                 "kshim_sasl_authentications_total",
                 "Client SASL authentications through kshim that the upstream accepted.",
                 &self.sasl_authentications,
@@ -95,15 +90,34 @@ impl Metrics {
         }
         header(
             o,
+            "kshim_connections_accepted_total",
+            "counter",
+            "Client connections accepted (after the TLS handshake, with TLS), for the bootstrap or a broker.",
+        );
+        for route in ListenerRoute::ALL {
+            let _ = writeln!(
+                o,
+                "kshim_connections_accepted_total{{route=\"{}\"}} {}",
+                route.label(),
+                self.connections_accepted[route as usize].load(Ordering::Relaxed)
+            );
+        }
+        header(
+            o,
             "kshim_connections_open",
             "gauge",
-            "Client connections open now.",
+            "Client connections open now, for the bootstrap or a broker.",
         );
-        let _ = writeln!(
-            o,
-            "kshim_connections_open {}",
-            self.connections_open.load(Ordering::Relaxed).max(0)
-        );
+        for route in ListenerRoute::ALL {
+            let _ = writeln!(
+                o,
+                "kshim_connections_open{{route=\"{}\"}} {}",
+                route.label(),
+                self.connections_open[route as usize]
+                    .load(Ordering::Relaxed)
+                    .max(0)
+            );
+        }
         header(
             o,
             "kshim_connections_refused_total",

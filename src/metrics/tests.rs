@@ -34,16 +34,20 @@ fn requests_are_counted_by_key_version_and_outcome() {
 #[test]
 fn open_connections_follow_their_guards() {
     let m = Arc::new(Metrics::new());
-    let a = m.connection_opened();
-    let b = m.connection_opened();
+    let a = m.connection_opened(ListenerRoute::Bootstrap);
+    let b = m.connection_opened(ListenerRoute::Broker);
+    let c = m.connection_opened(ListenerRoute::Broker);
     drop(a);
+    drop(c);
     let text = m.render(&Snapshot::default());
-    assert!(text.contains("kshim_connections_open 1\n"));
-    assert!(text.contains("kshim_connections_accepted_total 2\n"));
+    assert!(text.contains("kshim_connections_open{route=\"bootstrap\"} 0\n"));
+    assert!(text.contains("kshim_connections_open{route=\"broker\"} 1\n"));
+    assert!(text.contains("kshim_connections_accepted_total{route=\"bootstrap\"} 1\n"));
+    assert!(text.contains("kshim_connections_accepted_total{route=\"broker\"} 2\n"));
     drop(b);
     assert!(m
         .render(&Snapshot::default())
-        .contains("kshim_connections_open 0\n"));
+        .contains("kshim_connections_open{route=\"broker\"} 0\n"));
 }
 
 #[test]

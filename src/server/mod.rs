@@ -124,7 +124,7 @@ impl Default for Limits {
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
             max_connections: 10_000,
             proxy_protocol: ProxyProtocol::default(),
-            max_connections_per_ip: 1_000,
+            max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: HashMap::new(),
             idle_timeout: Duration::from_secs(600),
             frame_timeout: Duration::from_secs(60),
@@ -159,6 +159,24 @@ pub fn default_queued_request_bytes() -> usize {
         })
         .unwrap_or(4 << 30);
     (memory / 10).max(2 * crate::protocol::DEFAULT_MAX_FRAME_BYTES)
+}
+
+fn listener_route(route: Route) -> crate::metrics::ListenerRoute {
+    match route {
+        Route::Bootstrap => crate::metrics::ListenerRoute::Bootstrap,
+        Route::Node(_) => crate::metrics::ListenerRoute::Broker,
+    }
+}
+
+/// A TLS handshake that failed (`error`) or ran out of time: the client's
+/// doing, so counted and logged at debug only.
+fn handshake_refused(ctx: &Context, peer: SocketAddr, error: Option<std::io::Error>) {
+    ctx.metrics
+        .connection_refused(ConnectionRefusal::TlsHandshake);
+    match error {
+        Some(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+        None => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
 }
 
 /// Answers a ClientHello whose server name routes nowhere with the
@@ -278,7 +296,7 @@ pub async fn serve(
                     let mut peer = Peer { addr, principal: ANONYMOUS.to_owned(), route: fixed, tls: false };
                     match tls {
                         None => {
-                            let _open = ctx.metrics.connection_opened();
+                            let _open = ctx.metrics.connection_opened(listener_route(peer.route));
                             connection::run(stream, peer, ctx, &limits, shutdown).await;
                         }
                         Some(material) => {
@@ -289,17 +307,8 @@ pub async fn serve(
                             );
                             let start = match hello.await {
                                 Ok(Ok(start)) => start,
-                                // The client's doing: logged at debug.
-                                Ok(Err(e)) => {
-                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
-                                    tracing::debug!(peer = %addr, "TLS handshake failed: {e}");
-                                    return;
-                                }
-                                Err(_) => {
-                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
-                                    tracing::debug!(peer = %addr, "TLS handshake timed out");
-                                    return;
-                                }
+                                Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
+                                Err(_) => return handshake_refused(&ctx, addr, None),
                             };
                             if let Routing::ByServerName(route_of) = &routing {
                                 let name = start.client_hello().server_name().map(str::to_owned);
@@ -327,17 +336,11 @@ pub async fn serve(
                                         }
                                     }
                                     tracing::debug!(peer = %addr, principal = %peer.principal, route = ?peer.route, "TLS connection");
-                                    let _open = ctx.metrics.connection_opened();
+                                    let _open = ctx.metrics.connection_opened(listener_route(peer.route));
                                     connection::run(stream, peer, ctx, &limits, shutdown).await;
                                 }
-                                Ok(Err(e)) => {
-                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
-                                    tracing::debug!(peer = %addr, "TLS handshake failed: {e}");
-                                }
-                                Err(_) => {
-                                    ctx.metrics.connection_refused(ConnectionRefusal::TlsHandshake);
-                                    tracing::debug!(peer = %addr, "TLS handshake timed out");
-                                }
+                                Ok(Err(e)) => handshake_refused(&ctx, addr, Some(e)),
+                                Err(_) => handshake_refused(&ctx, addr, None),
                             }
                         }
                     }

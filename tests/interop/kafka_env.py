@@ -608,10 +608,12 @@ def run_java(
     input_text: str | None = None,
     log_config: Path = TOOLS_LOG4J,
     jars: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> JavaResult:
     """Run `java -cp 'build/kafka-jars/*' MAIN ARGS...`; SLF4J noise is filtered from the output.
 
-    `main_and_args[0]` may be a class name or a single-file `.java` source.
+    `main_and_args[0]` may be a class name or a single-file `.java` source; `env` is added to
+    the environment.
     """
     cmd = java_command(main_and_args, extra_classpath=extra_classpath, jvm_args=jvm_args, log_config=log_config,
                        jars=jars)
@@ -624,6 +626,7 @@ def run_java(
             capture_output=True,
             text=True,
             timeout=timeout,
+            env=None if env is None else {**os.environ, **env},
         )
     except subprocess.TimeoutExpired as e:
         raise EnvError(f"timed out after {timeout}s: {' '.join(cmd)}\nstdout:{e.stdout}\nstderr:{e.stderr}")

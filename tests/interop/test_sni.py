@@ -1,10 +1,11 @@
 """Every broker on one TLS port, told apart by the server name (SNI): kshim in front of the
-shared Kafka node with `upstream.listeners.sni_host`.
+shared three-node cluster with `upstream.listeners.sni_host`.
 
-The names are under kafka.kshim.test, which no resolver knows: the client process maps them
-to 127.0.0.1 itself (kafka-python resolves through socket.getaddrinfo, which the client script
-wraps), so that the client still connects by name, sends that name in its ClientHello and
-checks the certificate against it, as it would with a wildcard DNS record.
+The names are under kafka.kshim.test, which no resolver knows. The client processes resolve
+them to 127.0.0.1 through a getaddrinfo() of this suite's own, loaded with LD_PRELOAD
+(tests/interop/native/test_resolver.c, built here), so that every client (the Java clients,
+librdkafka, kafka-python) still connects by name, sends that name in its ClientHello and checks
+the certificate against it, as with a wildcard DNS record, and nothing on the machine changes.
 """
 
 import json
@@ -18,6 +19,7 @@ import tls_support as tls
 
 DOMAIN = "kafka.kshim.test"
 PATTERN = "broker-{node_id}." + DOMAIN
+RECORDS = 30
 SNI_EXT = f"""
 [sni_ext]
 basicConstraints = critical, CA:FALSE
@@ -28,44 +30,68 @@ subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 """
 
-CLIENT = r"""
-import json, socket, sys
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
+KAFKA_PYTHON = r"""
+import json, sys
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-bootstrap, cafile, topic, n, domain = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-resolve = socket.getaddrinfo
-def getaddrinfo(host, *args, **kwargs):
-    # Names under the test domain are kshim on loopback; the name itself stays the client's.
-    if isinstance(host, str) and (host == domain or host.endswith("." + domain)):
-        host = "127.0.0.1"
-    return resolve(host, *args, **kwargs)
-socket.getaddrinfo = getaddrinfo
-
+bootstrap, cafile, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 common = dict(bootstrap_servers=bootstrap, security_protocol="SSL", ssl_cafile=cafile,
               ssl_check_hostname=True, request_timeout_ms=20000)
-admin = KafkaAdminClient(**common)
-admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-brokers = sorted(f"{b['host']}:{b['port']}" for b in admin.describe_cluster()["brokers"])
-admin.close()
 producer = KafkaProducer(acks="all", **common)
 for i in range(n):
-    producer.send(topic, f"v{i}".encode())
+    producer.send(topic, f"kp-{i}".encode(), partition=i % 3)
 producer.flush(30)
 producer.close()
-consumer = KafkaConsumer(consumer_timeout_ms=15000, auto_offset_reset="earliest", **common)
-partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
+consumer = KafkaConsumer(consumer_timeout_ms=15000, **common)
+partitions = [TopicPartition(topic, p) for p in range(3)]
 consumer.assign(partitions)
 consumer.seek_to_beginning(*partitions)
 got = []
 for m in consumer:
-    got.append(m.value.decode())
+    if m.value.startswith(b"kp-"):
+        got.append(m.value.decode())
     if len(got) >= n:
         break
-metadata = sorted(f"{b.host}:{b.port}" for b in consumer._client.cluster.brokers())
+brokers = sorted(f"{b.host}:{b.port}" for b in consumer._client.cluster.brokers())
 consumer.close()
-print(json.dumps({"brokers": brokers, "metadata": metadata, "got": sorted(got)}))
+print(json.dumps({"brokers": brokers, "got": sorted(got)}))
 """
+
+CONFLUENT_KAFKA = r"""
+import json, sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+bootstrap, cafile, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+common = {"bootstrap.servers": bootstrap, "security.protocol": "ssl", "ssl.ca.location": cafile,
+          "ssl.endpoint.identification.algorithm": "https"}
+p = Producer({**common, "acks": "all"})
+errors = []
+for i in range(n):
+    p.produce(topic, f"ck-{i}".encode(), partition=i % 3,
+              on_delivery=lambda err, msg: err and errors.append(str(err)))
+p.flush(30)
+brokers = sorted(f"{b.host}:{b.port}" for b in p.list_topics(timeout=20).brokers.values())
+c = Consumer({**common, "group.id": "sni-unused", "enable.auto.commit": False})
+c.assign([TopicPartition(topic, part, -2) for part in range(3)])
+got = []
+for _ in range(150):
+    m = c.poll(0.2)
+    if m is not None and m.error() is None and m.value().startswith(b"ck-"):
+        got.append(m.value().decode())
+    if len(got) >= n:
+        break
+c.close()
+print(json.dumps({"brokers": brokers, "got": sorted(got), "errors": errors}))
+"""
+
+
+@pytest.fixture(scope="module")
+def resolver(tmp_path_factory) -> dict:
+    """The environment that makes a client process resolve DOMAIN's names to 127.0.0.1."""
+    out = tmp_path_factory.mktemp("sni-resolver") / "libtest_resolver.so"
+    cc = tls.require_tool("cc")
+    tls.run_tool([cc, "-shared", "-fPIC", "-O1", "-o", out, ke.INTEROP_DIR / "native" / "test_resolver.c", "-ldl"])
+    return {"LD_PRELOAD": str(out), "KSHIM_TEST_DOMAIN": DOMAIN}
 
 
 @pytest.fixture(scope="module")
@@ -100,23 +126,46 @@ def s_client(port: int, ca, server_name: str | None) -> subprocess.CompletedProc
                     "-verify_return_error", "-brief"], timeout=20, input="")
 
 
-def test_every_broker_is_served_on_one_port_by_its_tls_server_name(kafka_broker, kshim_binary, certs, tmp_path):
-    """kafka-python bootstraps from kafka.kshim.test:PORT, learns broker-N.kafka.kshim.test:PORT
-    (the same port) from Metadata and DescribeCluster, checks the wildcard certificate against
-    each name, and produces and consumes through it; names that route nowhere (none, an
-    unknown broker, another domain) get the unrecognized_name alert and are logged."""
+def test_every_broker_is_served_on_one_port_by_its_tls_server_name(kafka_trio, kshim_binary, certs, resolver,
+                                                                   tmp_path):
+    """The Java clients, librdkafka and kafka-python bootstrap from kafka.kshim.test:PORT, learn
+    broker-N.kafka.kshim.test:PORT (one port for all three brokers) from Metadata and
+    DescribeCluster, check the wildcard certificate against each name, and produce to and
+    consume from partitions led by every broker. Names that route nowhere (none, an unknown
+    broker, a non-canonical node id, another domain) get the unrecognized_name alert and are
+    logged."""
     made, cert, key = certs
     port = ke.free_port()
-    kshim = ke.KshimProcess(sni_config(kafka_broker.bootstrap, cert, key, port), binary=kshim_binary,
-                            upstream=kafka_broker.bootstrap, port=port, workdir=tmp_path / "kshim")
+    kshim = ke.KshimProcess(sni_config(kafka_trio.bootstrap, cert, key, port), binary=kshim_binary,
+                            upstream=kafka_trio.bootstrap, port=port, workdir=tmp_path / "kshim")
     kshim.start()
     try:
+        bootstrap = f"{DOMAIN}:{port}"
+        names = sorted(f"broker-{n.node_id}.{DOMAIN}:{port}" for n in kafka_trio.nodes)
         topic = "sni-" + uuid.uuid4().hex[:6]
-        out = tls.run_python(CLIENT, f"{DOMAIN}:{port}", made.ca, topic, "20", DOMAIN, timeout=120)
-        names = sorted(f"broker-{n.node_id}.{DOMAIN}:{port}" for n in kafka_broker.nodes)
-        assert out["brokers"] == names, out
-        assert out["metadata"] == names, out
-        assert out["got"] == sorted(f"v{i}" for i in range(20)), out
+        props = tls.java_ssl(made)
+        admin = tls.java("admin", "--bootstrap", bootstrap, "--create", f"{topic}:3:3", "--describe-topic", topic,
+                         props=props, env=resolver)
+        assert admin["created"] == {topic: "ok"}, admin
+        assert sorted(f"{n['host']}:{n['port']}" for n in admin["cluster"]["nodes"]) == names, admin["cluster"]
+        leaders = {p["leader"] for p in admin["topics"][topic]}
+        assert leaders == set(names), f"the partitions' leaders are not every broker: {admin['topics'][topic]}"
+
+        kp = tls.run_python(KAFKA_PYTHON, bootstrap, made.ca, topic, str(RECORDS), timeout=120, env=resolver)
+        assert kp["brokers"] == names and kp["got"] == sorted(f"kp-{i}" for i in range(RECORDS)), kp
+        ck = tls.run_python(CONFLUENT_KAFKA, bootstrap, made.ca, topic, str(RECORDS), timeout=120, env=resolver)
+        assert ck["brokers"] == names and ck["errors"] == [], ck
+        assert ck["got"] == sorted(f"ck-{i}" for i in range(RECORDS)), ck
+        produced = tls.java("produce", "--bootstrap", bootstrap, "--topic", topic, "--count", RECORDS,
+                            "--prefix", "java", props=props, env=resolver)
+        assert len(produced["acked"]) == RECORDS and not produced["failed"], produced
+        consumed = tls.java("consume", "--bootstrap", bootstrap, "--topic", topic, "--group", "sni-" + topic,
+                            "--count", 3 * RECORDS, props=props, env=resolver, timeout=90)
+        values = sorted(r["value"] for r in consumed["records"])
+        want = sorted([f"kp-{i}" for i in range(RECORDS)] + [f"ck-{i}" for i in range(RECORDS)]
+                      + [f"java-{i}" for i in range(RECORDS)])
+        assert values == want, f"{len(values)} records, {len(set(values) - set(want))} unexpected"
+        assert {r["partition"] for r in consumed["records"]} == {0, 1, 2}
 
         for name in [f"broker-1.{DOMAIN}", DOMAIN]:
             ok = s_client(port, made.ca, name)

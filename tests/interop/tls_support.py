@@ -331,8 +331,10 @@ def last_json(res: subprocess.CompletedProcess, what: str, *, allow_error: bool 
     return out
 
 
-def run_python(code: str, *args, timeout: float = CLIENT_TIMEOUT_S, allow_error: bool = False) -> dict:
-    res = run([sys.executable, "-c", code, *args], timeout=timeout, stdin=subprocess.DEVNULL)
+def run_python(code: str, *args, timeout: float = CLIENT_TIMEOUT_S, allow_error: bool = False,
+               env: dict[str, str] | None = None) -> dict:
+    res = run([sys.executable, "-c", code, *args], timeout=timeout, stdin=subprocess.DEVNULL,
+              env=None if env is None else {**os.environ, **env})
     return last_json(res, "python client", allow_error=allow_error)
 
 
@@ -633,8 +635,10 @@ def java_ssl(certs: Certs, keystore: Path | None = None) -> dict:
     return props
 
 
-def java(*args, props: dict, timeout: float = CLIENT_TIMEOUT_S, allow_error: bool = False) -> dict:
-    """One ProxyClients command (tests/interop/java/ProxyClients.java) with `props` for every client."""
+def java(*args, props: dict, timeout: float = CLIENT_TIMEOUT_S, allow_error: bool = False,
+         env: dict[str, str] | None = None) -> dict:
+    """One ProxyClients command (tests/interop/java/ProxyClients.java) with `props` for every client;
+    `env` is added to its environment."""
     classes = ke.require_or_fail(ke.compile_java, PROXY_CLIENTS_SRC)
     prop_args = []
     for k, v in props.items():
@@ -642,7 +646,7 @@ def java(*args, props: dict, timeout: float = CLIENT_TIMEOUT_S, allow_error: boo
     try:
         res = ke.run_java(
             ["ProxyClients", *[str(a) for a in args], *prop_args, "--timeout-ms", str(int((timeout - 10) * 1000))],
-            extra_classpath=[classes], timeout=timeout, log_config=ke.CLIENTS_LOG4J)
+            extra_classpath=[classes], timeout=timeout, log_config=ke.CLIENTS_LOG4J, env=env)
     except ke.EnvError as e:
         pytest.fail(str(e), pytrace=False)
     cp = subprocess.CompletedProcess(args, res.rc, res.stdout, res.stderr)
