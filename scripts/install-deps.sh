@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the interop tests need, and nothing twice:
-#   - Debian packages kcat, openssl and socat (and a JDK, Maven, python3-venv when those are
+#   - Debian packages kcat, openssl, socat and haproxy (and a JDK, Maven, python3-venv when those are
 #     missing); socat is the plain TCP relay of scripts/bench-proxy.sh
 #   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client, PyYAML
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
@@ -45,6 +45,8 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 have_pkg kcat || missing+=(kcat)
 have_pkg openssl || missing+=(openssl)
 have_pkg socat || missing+=(socat)
+# HAProxy: test_deploy.py runs docker/load-balancer's haproxy.cfg in front of two kshims.
+have_pkg haproxy || missing+=(haproxy)
 # GNU time: the test command measures the fuzzing's CPU time with it.
 [ -x /usr/bin/time ] || missing+=(time)
 # A C++ compiler: libfuzzer-sys builds libFuzzer (scripts/fuzz.sh).

@@ -136,18 +136,19 @@ async fn idle_connections_are_closed_and_busy_ones_are_not() {
 
 #[tokio::test]
 async fn a_frame_that_never_finishes_is_cut_off() {
-    let kshim = start(|c| c.frame_read_timeout_ms = 300).await;
+    // A deadline well above the trickle below (160 ms), which a loaded machine may stretch.
+    let kshim = start(|c| c.frame_read_timeout_ms = 1000).await;
     // Half a size prefix, and then a frame announced with a few bytes of it.
     let mut header = TcpStream::connect(&kshim.addr).await.unwrap();
     header.write_all(&[0, 0]).await.unwrap();
     let mut body = TcpStream::connect(&kshim.addr).await.unwrap();
     body.write_all(&[0, 0, 0, 100, 0, 18]).await.unwrap();
     let started = Instant::now();
-    assert!(closed_within(&mut header, Duration::from_secs(3)).await);
-    assert!(closed_within(&mut body, Duration::from_secs(3)).await);
+    assert!(closed_within(&mut header, Duration::from_secs(5)).await);
+    assert!(closed_within(&mut body, Duration::from_secs(5)).await);
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "cut off near the deadline, not at the idle limit"
+        started.elapsed() < Duration::from_secs(5),
+        "cut off near the deadline, not at the idle limit (600 s)"
     );
     // A frame trickled in well within the deadline is served.
     let mut slow = TcpStream::connect(&kshim.addr).await.unwrap();

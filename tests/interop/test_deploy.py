@@ -6,12 +6,17 @@ termination grace period that covers the drain.
 
 No kubectl is on the test machine, so the manifests are not given to an API server; their
 YAML is read with PyYAML and checked here.
+
+docker/load-balancer (HAProxy in front of two kshim instances) is run with a real HAProxy, its
+files as they are but for the addresses.
 """
 
+import json
 import os
+import signal
 import subprocess
 import tomllib
-from pathlib import Path
+import uuid
 
 import yaml
 
@@ -85,3 +90,99 @@ def test_the_kubernetes_manifests_agree_with_the_config_they_ship(kshim_binary, 
     assert deployment["spec"]["replicas"] >= 2 and "cluster" in config
     assert docs["PodDisruptionBudget"][0]["spec"]["minAvailable"] >= 1
     assert docs["PodDisruptionBudget"][0]["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+LB_DIR = ke.REPO_ROOT / "docker" / "load-balancer"
+LB_PORT = 9093  # haproxy.cfg's frontend and kshim.toml's listener, as the files give them
+LB_ADMIN_PORT = 9880
+LB_DOMAIN = "kafka.example.com"
+
+LB_CLIENT = r"""
+import json, sys
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+bootstrap, cafile, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+common = dict(bootstrap_servers=bootstrap, security_protocol="SSL", ssl_cafile=cafile, request_timeout_ms=20000)
+producer = KafkaProducer(acks="all", **common)
+for i in range(n):
+    producer.send(topic, f"{topic}-{i}".encode())
+producer.flush(30)
+producer.close()
+consumer = KafkaConsumer(consumer_timeout_ms=15000, auto_offset_reset="earliest", **common)
+partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or [0]]
+consumer.assign(partitions)
+consumer.seek_to_beginning(*partitions)
+got = [m.value.decode() for _, m in zip(range(n), consumer)]
+brokers = sorted(f"{b.host}:{b.port}" for b in consumer._client.cluster.brokers())
+consumer.close()
+print(json.dumps({"brokers": brokers, "got": sorted(got)}))
+"""
+
+
+def test_haproxy_in_front_of_two_kshims_as_the_load_balancer_compose_file_runs_them(kafka_broker, kshim_binary,
+                                                                                      tmp_path):
+    """docker/load-balancer's haproxy.cfg and kshim.toml, run as they are but on loopback: the
+    two instances on 127.0.0.2 and 127.0.0.3, HAProxy on 127.0.0.1, the compose network's
+    names and the broker's address rewritten. kafka-python bootstraps from kafka.example.com
+    through HAProxy (PROXY protocol v2, TLS passed through, brokers by server name), produces
+    and consumes; after one instance is sent SIGTERM, HAProxy's /readyz check takes it out and
+    a new client is served by the other."""
+    haproxy = tls.require_tool("haproxy")
+    certs = tls.make_certs(tmp_path / "certs")
+    cert, key = tls.name_certificate(certs, LB_DOMAIN)
+    resolver = tls.loopback_resolver(tmp_path, LB_DOMAIN)
+    port, admin_port = ke.free_ports(2)
+    hosts = ["127.0.0.2", "127.0.0.3"]
+    state_topic = "__kshim_state_lb_" + uuid.uuid4().hex[:8]
+    template = (LB_DIR / "kshim.toml").read_text()
+    assert f'listen = "0.0.0.0:{LB_PORT}"' in template and f':{LB_ADMIN_PORT}"' in template
+    instances, proxy = [], None
+    try:
+        for host in hosts:
+            config = (template
+                      .replace(f'listen = "0.0.0.0:{LB_PORT}"', f'listen = "{host}:{port}"')
+                      .replace(f'"{LB_DOMAIN}:{LB_PORT}"', f'"{LB_DOMAIN}:{port}"')
+                      .replace(f'listen = "0.0.0.0:{LB_ADMIN_PORT}"', f'listen = "{host}:{admin_port}"')
+                      .replace('"10.0.0.0/8"]', '"10.0.0.0/8", "127.0.0.1"]')
+                      .replace("/etc/kshim/tls/kshim.pem", str(cert)).replace("/etc/kshim/tls/kshim.key", str(key))
+                      .replace('"kafka:9092"', json.dumps(kafka_broker.bootstrap))
+                      .replace('data_dir = "/var/lib/kshim"', f"data_dir = {json.dumps(str(tmp_path / host))}")
+                      .replace('id = "kshim-behind-haproxy"', f'id = "kshim-behind-haproxy"\nstate_topic = "{state_topic}"'))
+            kshim = ke.KshimProcess(config, binary=kshim_binary, upstream=kafka_broker.bootstrap, host=host,
+                                    port=port, workdir=tmp_path / f"kshim-{host}",
+                                    env={"KSHIM_ADMIN_TOKEN": "lb-token"})
+            instances.append(kshim.start())
+
+        cfg = (LB_DIR / "haproxy.cfg").read_text()
+        assert f"bind :{LB_PORT}" in cfg and f"check port {LB_ADMIN_PORT}" in cfg
+        cfg = (cfg.replace(f"bind :{LB_PORT}", f"bind 127.0.0.1:{port}")
+               .replace(f"check port {LB_ADMIN_PORT}", f"check port {admin_port}")
+               .replace(f"kshim-1:{LB_PORT}", f"{hosts[0]}:{port}")
+               .replace(f"kshim-2:{LB_PORT}", f"{hosts[1]}:{port}"))
+        (tmp_path / "haproxy.cfg").write_text(cfg)
+        checked = tls.run_tool([haproxy, "-c", "-f", tmp_path / "haproxy.cfg"], check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        log = tmp_path / "haproxy.log"
+        with open(log, "wb") as out:
+            proxy = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], stdout=out,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        assert ke.wait_until(lambda: ke.port_accepts("127.0.0.1", port), 10), log.read_text()
+
+        names = [f"broker-{n.node_id}.{LB_DOMAIN}:{port}" for n in kafka_broker.nodes]
+        topic = "lb-" + uuid.uuid4().hex[:6]
+        out = tls.run_python(LB_CLIENT, f"{LB_DOMAIN}:{port}", certs.ca, topic, "20", timeout=120, env=resolver)
+        assert out["brokers"] == names and out["got"] == sorted(f"{topic}-{i}" for i in range(20)), out
+
+        # Drain the first instance: HAProxy's check sees /readyz fail and sends clients to the other.
+        os.kill(instances[0].pid, signal.SIGTERM)
+        topic = "lb-" + uuid.uuid4().hex[:6]
+        out = tls.run_python(LB_CLIENT, f"{LB_DOMAIN}:{port}", certs.ca, topic, "20", timeout=120, env=resolver)
+        assert out["got"] == sorted(f"{topic}-{i}" for i in range(20)), out
+        instances[0].proc.wait(45)
+        assert instances[0].proc.returncode == 0, ke.tail(instances[0].log_path)
+        haproxy_log = log.read_text()
+        assert "kshim/kshim-1 is DOWN" in haproxy_log, haproxy_log[-3000:]
+    finally:
+        if proxy is not None:
+            ke.stop_process(proxy)
+        for kshim in instances:
+            kshim.stop()

@@ -20,15 +20,6 @@ import tls_support as tls
 DOMAIN = "kafka.kshim.test"
 PATTERN = "broker-{node_id}." + DOMAIN
 RECORDS = 30
-SNI_EXT = f"""
-[sni_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:{DOMAIN}, DNS:*.{DOMAIN}
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-"""
 
 KAFKA_PYTHON = r"""
 import json, sys
@@ -88,18 +79,13 @@ print(json.dumps({"brokers": brokers, "got": sorted(got), "errors": errors}))
 @pytest.fixture(scope="module")
 def resolver(tmp_path_factory) -> dict:
     """The environment that makes a client process resolve DOMAIN's names to 127.0.0.1."""
-    out = tmp_path_factory.mktemp("sni-resolver") / "libtest_resolver.so"
-    cc = tls.require_tool("cc")
-    tls.run_tool([cc, "-shared", "-fPIC", "-O1", "-o", out, ke.INTEROP_DIR / "native" / "test_resolver.c", "-ldl"])
-    return {"LD_PRELOAD": str(out), "KSHIM_TEST_DOMAIN": DOMAIN}
+    return tls.loopback_resolver(tmp_path_factory.mktemp("sni-resolver"), DOMAIN)
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sni-certs")
-    made = tls.make_certs(d)
-    (d / "openssl.cnf").write_text(tls.OPENSSL_CNF + SNI_EXT)
-    cert, key = tls.issue(d, "sni", DOMAIN, made.ca, made.ca_key, "sni_ext")
+    made = tls.make_certs(tmp_path_factory.mktemp("sni-certs"))
+    cert, key = tls.name_certificate(made, DOMAIN)
     return made, cert, key
 
 

@@ -212,6 +212,37 @@ def make_certs(d: Path) -> Certs:
     return certs
 
 
+def name_certificate(certs: Certs, domain: str) -> tuple[Path, Path]:
+    """A server certificate from the test CA for `domain` and `*.domain`, and its key: what
+    kshim presents when it routes brokers by TLS server name under `domain`."""
+    d = certs.dir
+    ext = f"name_ext_{domain.replace('.', '_')}"
+    cnf = d / "openssl.cnf"
+    if f"[{ext}]" not in cnf.read_text():
+        cnf.write_text(cnf.read_text() + f"""
+[{ext}]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:{domain}, DNS:*.{domain}
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+""")
+    return issue(d, ext, domain, certs.ca, certs.ca_key, ext)
+
+
+def loopback_resolver(d: Path, domain: str) -> dict[str, str]:
+    """The environment under which a client process resolves `domain` and every name under it
+    to 127.0.0.1: tests/interop/native/test_resolver.c, a getaddrinfo() built into `d` and
+    loaded with LD_PRELOAD. The client still connects by the name, sends it as its TLS server
+    name and checks the certificate against it; nothing on the machine changes."""
+    out = d / "libtest_resolver.so"
+    if not out.exists():
+        cc = require_tool("cc")
+        run_tool([cc, "-shared", "-fPIC", "-O1", "-o", out, ke.INTEROP_DIR / "native" / "test_resolver.c", "-ldl"])
+    return {"LD_PRELOAD": str(out), "KSHIM_TEST_DOMAIN": domain}
+
+
 def public_key(path: Path, *, key: bool = False) -> str:
     openssl = require_tool("openssl")
     if key:
