@@ -88,64 +88,39 @@ impl Metrics {
             header(o, name, "counter", help);
             let _ = writeln!(o, "{name} {}", value.load(Ordering::Relaxed));
         }
-        header(
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        by_label(
             o,
-            "kshim_connections_accepted_total",
-            "counter",
+            ("kshim_connections_accepted_total", "counter"),
             "Client connections accepted (after the TLS handshake, with TLS), for the bootstrap or a broker.",
+            "route",
+            ListenerRoute::ALL.map(|r| (r.label(), load(&self.connections_accepted[r as usize]))),
         );
-        for route in ListenerRoute::ALL {
-            let _ = writeln!(
-                o,
-                "kshim_connections_accepted_total{{route=\"{}\"}} {}",
-                route.label(),
-                self.connections_accepted[route as usize].load(Ordering::Relaxed)
-            );
-        }
-        header(
+        by_label(
             o,
-            "kshim_connections_open",
-            "gauge",
+            ("kshim_connections_open", "gauge"),
             "Client connections open now, for the bootstrap or a broker.",
+            "route",
+            ListenerRoute::ALL.map(|r| {
+                let open = self.connections_open[r as usize].load(Ordering::Relaxed);
+                (r.label(), u64::try_from(open).unwrap_or(0))
+            }),
         );
-        for route in ListenerRoute::ALL {
-            let _ = writeln!(
-                o,
-                "kshim_connections_open{{route=\"{}\"}} {}",
-                route.label(),
-                self.connections_open[route as usize]
-                    .load(Ordering::Relaxed)
-                    .max(0)
-            );
-        }
-        header(
+        by_label(
             o,
-            "kshim_connections_refused_total",
-            "counter",
+            ("kshim_connections_refused_total", "counter"),
             "Client connections turned away before their first request, by reason.",
+            "reason",
+            ConnectionRefusal::ALL
+                .map(|w| (w.label(), load(&self.connections_refused[w as usize]))),
         );
-        for why in ConnectionRefusal::ALL {
-            let _ = writeln!(
-                o,
-                "kshim_connections_refused_total{{reason=\"{}\"}} {}",
-                why.label(),
-                self.connections_refused[why as usize].load(Ordering::Relaxed)
-            );
-        }
-        header(
+        by_label(
             o,
-            "kshim_connections_closed_total",
-            "counter",
+            ("kshim_connections_closed_total", "counter"),
             "Client connections kshim closed for holding resources without using them, or for an upstream that did not answer, by reason.",
+            "reason",
+            Closure::ALL.map(|w| (w.label(), load(&self.connections_closed[w as usize]))),
         );
-        for why in Closure::ALL {
-            let _ = writeln!(
-                o,
-                "kshim_connections_closed_total{{reason=\"{}\"}} {}",
-                why.label(),
-                self.connections_closed[why as usize].load(Ordering::Relaxed)
-            );
-        }
         if let Some(budget) = self.frame_budget.get().map(|b| b.snapshot()) {
             header(
                 o,
@@ -190,6 +165,20 @@ impl Metrics {
         }
         state.render_into(o);
         out
+    }
+}
+
+/// A series with one sample per value of `label`.
+fn by_label<const N: usize>(
+    out: &mut String,
+    (name, kind): (&str, &str),
+    help: &str,
+    label: &str,
+    samples: [(&str, u64); N],
+) {
+    header(out, name, kind, help);
+    for (value, n) in samples {
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
     }
 }
 
