@@ -42,8 +42,9 @@ struct CheckArgs {
 }
 
 /// Loads the config as `kshim serve` does (placeholders, command-line defaults,
-/// cross-key checks) and builds its TLS material; every problem at once.
-fn serve_would_accept(path: &std::path::Path) -> Result<Config, Vec<String>> {
+/// cross-key checks) and builds its TLS material; every problem at once. With
+/// the config, what `kshim serve` accepts but clients may not (warnings).
+fn serve_would_accept(path: &std::path::Path) -> Result<(Config, Vec<String>), Vec<String>> {
     let source = ConfigSource {
         file: Some(path.to_owned()),
         ..ConfigSource::default()
@@ -53,9 +54,17 @@ fn serve_would_accept(path: &std::path::Path) -> Result<Config, Vec<String>> {
         .map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>())?;
     let config = loaded.config;
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     if let Some(settings) = &config.tls {
-        if let Err(e) = TlsMaterial::build("tls", settings) {
-            problems.push(e.to_string());
+        match TlsMaterial::build("tls", settings) {
+            Ok(material) => {
+                if let Some(Ok(names)) = config.server_names() {
+                    if let Some(why) = names.uncovered(&material.dns_names()) {
+                        warnings.push(format!("upstream.listeners.sni_host: {why}"));
+                    }
+                }
+            }
+            Err(e) => problems.push(e.to_string()),
         }
     }
     if let Some(settings) = config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
@@ -75,23 +84,10 @@ fn serve_would_accept(path: &std::path::Path) -> Result<Config, Vec<String>> {
         ));
     }
     if problems.is_empty() {
-        Ok(config)
+        Ok((config, warnings))
     } else {
         Err(problems)
     }
-}
-
-/// What `kshim serve` accepts but clients may not: shown, not failing the check.
-fn warnings(config: &Config) -> Vec<String> {
-    let mut out = Vec::new();
-    if let (Some(Ok(names)), Some(settings)) = (config.server_names(), &config.tls) {
-        if let Ok(material) = TlsMaterial::build("tls", settings) {
-            if let Some(why) = names.uncovered(&material.dns_names()) {
-                out.push(format!("upstream.listeners.sni_host: {why}"));
-            }
-        }
-    }
-    out
 }
 
 /// Runs the subcommand; the exit code is the result.
@@ -114,9 +110,9 @@ fn check(args: CheckArgs) -> Result<u8> {
              (a broker's properties, checked against the validators)"
         );
     }
-    let config = match &args.config {
+    let (config, warnings) = match &args.config {
         Some(path) => match serve_would_accept(path) {
-            Ok(config) => config,
+            Ok(accepted) => accepted,
             Err(problems) => {
                 for p in &problems {
                     eprintln!("{}: {p}", path.display());
@@ -129,7 +125,7 @@ fn check(args: CheckArgs) -> Result<u8> {
                 return Ok(UNUSABLE_INPUT);
             }
         },
-        None => Config::default(),
+        None => (Config::default(), Vec::new()),
     };
     let mut levels = BTreeMap::new();
     for f in &args.features {
@@ -153,7 +149,7 @@ fn check(args: CheckArgs) -> Result<u8> {
     let validators = &config.policies.validators;
     if let Some(path) = &args.config {
         println!("{}: the configuration is valid", path.display());
-        for w in warnings(&config) {
+        for w in &warnings {
             eprintln!("{}: warning: {w}", path.display());
         }
     }

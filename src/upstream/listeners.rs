@@ -173,27 +173,36 @@ impl Listeners {
                 self.layout.max_brokers
             ));
         }
-        if let Some(names) = &self.layout.server_names {
-            tracing::info!(
-                node = node_id,
-                "broker {node_id} ({upstream}) is served on the bootstrap listener as {}:{}",
-                names.host_of(node_id),
-                names.port
-            );
-            let (generation, _) = watch::channel(0);
-            let (close, _) = watch::channel(false);
-            nodes.insert(
-                node_id,
-                NodeListener {
-                    port: names.port,
-                    upstream: upstream.to_owned(),
-                    generation,
-                    gone_since: None,
-                    close,
-                },
-            );
-            return Ok(names.port);
-        }
+        let (port, close) = match &self.layout.server_names {
+            Some(names) => {
+                tracing::info!(
+                    node = node_id,
+                    "broker {node_id} ({upstream}) is served on the bootstrap listener as {}:{}",
+                    names.host_of(node_id),
+                    names.port
+                );
+                // No listener of its own to close.
+                (names.port, watch::channel(false).0)
+            }
+            None => self.bind(node_id, upstream)?,
+        };
+        let (generation, _) = watch::channel(0);
+        nodes.insert(
+            node_id,
+            NodeListener {
+                port,
+                upstream: upstream.to_owned(),
+                generation,
+                gone_since: None,
+                close,
+            },
+        );
+        Ok(port)
+    }
+
+    /// Binds the listener of `node_id` and hands it to whoever serves it; its
+    /// port, and the sender that closes it.
+    fn bind(&self, node_id: i32, upstream: &str) -> Result<(u16, watch::Sender<bool>), String> {
         let wanted = self.layout.port_for(node_id)?;
         let socket = TcpListener::bind((self.layout.bind_host.as_str(), wanted))
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -221,18 +230,7 @@ impl Listeners {
             self.layout.bind_host,
             self.layout.advertised_host
         );
-        let (generation, _) = watch::channel(0);
-        nodes.insert(
-            node_id,
-            NodeListener {
-                port,
-                upstream: upstream.to_owned(),
-                generation,
-                gone_since: None,
-                close,
-            },
-        );
-        Ok(port)
+        Ok((port, close))
     }
 
     /// The broker left the cluster: close the client connections routed to it.
