@@ -2,7 +2,7 @@
 # Installs everything the interop tests need, and nothing twice:
 #   - Debian packages kcat, openssl, socat and haproxy (and a JDK, Maven, python3-venv when those are
 #     missing); socat is the plain TCP relay of scripts/bench-proxy.sh
-#   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client, PyYAML
+#   - .venv with pytest, pytest-xdist, kafka-python, confluent-kafka, prometheus-client, PyYAML, matplotlib
 #   - Apache Kafka 4.1.1 broker, tools and client jars in build/kafka-jars/ (from tests/java/pom.xml)
 #   - kafka-clients and kafka-server-common of each release in data/kafka/, with slf4j-api
 #     (build/kafka-releases/)
@@ -33,6 +33,7 @@ PY_PACKAGES=(
   "confluent-kafka==2.16.1"
   "prometheus-client==0.26.0"
   "pyyaml==6.0.3"
+  "matplotlib==3.10.7"
 )
 
 step() { printf '==> %s\n' "$*"; }
@@ -98,76 +99,128 @@ else
 fi
 
 # ---------------------------------------------------------------------------- Kafka jars
+# Every set of jars that is missing is fetched by one Maven run: a reactor (build/mvn-fetch/)
+# with a module per set, each copying its dependencies into a directory of its own. One JVM
+# and one plugin load instead of one per set (about twenty on a fresh clone, 3-4 CPU-seconds
+# each). Each set lands in a temporary directory and is moved into place once Maven succeeded.
 [ -f "$POM" ] || die "$POM not found"
 pom_hash="$(sha256sum "$POM" | cut -d' ' -f1)"
+FETCH="$ROOT/build/mvn-fetch"
+rm -rf "$FETCH"
+fetch_modules=()  # module name
+declare -A fetch_target=()  # module -> final directory
+
+# fetch_module NAME TARGET DEPENDENCIES_XML TRANSITIVE: a module that copies DEPENDENCIES_XML
+# (with their own dependencies when TRANSITIVE is true) into TARGET.
+fetch_module() {
+  local name="$1" target="$2" deps="$3" transitive="$4"
+  mkdir -p "$FETCH/$name"
+  cat >"$FETCH/$name/pom.xml" <<POM
+<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>dev.kshim.fetch</groupId>
+  <artifactId>$name</artifactId>
+  <version>0</version>
+  <packaging>pom</packaging>
+  <dependencies>
+$deps
+  </dependencies>
+  <build>
+    <plugins>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-dependency-plugin</artifactId>
+        <configuration>
+          <outputDirectory>$target.tmp.$$</outputDirectory>
+          <excludeTransitive>$([ "$transitive" = true ] && echo false || echo true)</excludeTransitive>
+          <useBaseVersion>true</useBaseVersion>
+        </configuration>
+      </plugin>
+    </plugins>
+  </build>
+</project>
+POM
+  rm -rf "$target.tmp.$$"
+  fetch_modules+=("$name")
+  fetch_target[$name]="$target"
+}
+
+dep() { printf '    <dependency><groupId>%s</groupId><artifactId>%s</artifactId><version>%s</version></dependency>\n' "$@"; }
+
+# The suite's Kafka 4.1.1 broker, tools and clients: tests/java/pom.xml's dependencies.
+broker_deps() {
+  sed -n '/<dependencies>/,/<\/dependencies>/p' "$POM" | sed '1d;$d' | sed "s/\${kafka.version}/$1/g"
+}
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$pom_hash" ] \
    && ls "$JARS"/kafka_2.13-*.jar "$JARS"/kafka-tools-*.jar "$JARS"/kafka-clients-*.jar >/dev/null 2>&1; then
   step "Kafka jars in build/kafka-jars are up to date with tests/java/pom.xml"
 else
-  step "fetching Kafka jars into build/kafka-jars (mvn dependency:copy-dependencies)"
-  tmp="$JARS.tmp.$$"
-  rm -rf "$tmp"
-  mkdir -p "$(dirname "$JARS")"
-  timeout 1200 mvn -q -B -f "$POM" dependency:copy-dependencies -DoutputDirectory="$tmp" \
-    || { rm -rf "$tmp"; die "mvn dependency:copy-dependencies on $POM failed"; }
-  ls "$tmp"/kafka_2.13-*.jar "$tmp"/kafka-tools-*.jar "$tmp"/kafka-clients-*.jar >/dev/null 2>&1 \
-    || { rm -rf "$tmp"; die "mvn ran but kafka_2.13, kafka-tools or kafka-clients jars are missing"; }
-  echo "$pom_hash" > "$tmp/.pom.sha256"
-  rm -rf "$JARS"
-  mv "$tmp" "$JARS"
+  fetch_module suite "$JARS" "$(broker_deps "$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM")")" true
 fi
 
-# ---------------------------------------------- brokers of other Kafka releases
-# The interop suite runs one broker of each release listed here beside the 4.1.1
-# cluster (tests/interop/test_kafka_releases.py).
+# Brokers of other releases: the interop suite runs one broker of each beside the 4.1.1
+# cluster (tests/interop/test_kafka_releases.py), and the soak runs the newest.
 OTHER_BROKER_RELEASES=(4.0.2 4.2.2 4.3.2 4.4.0)
 for release in "${OTHER_BROKER_RELEASES[@]}"; do
   dir="$ROOT/build/kafka-jars-$release"
-  if ls "$dir"/kafka_2.13-"$release".jar "$dir"/kafka-clients-"$release".jar >/dev/null 2>&1; then
-    continue
-  fi
-  step "fetching the Kafka $release broker into build/kafka-jars-$release"
-  tmp="$dir.tmp.$$"
-  rm -rf "$tmp"
-  timeout 1200 mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
-      -Dkafka.version="$release" -DoutputDirectory="$tmp" \
-    || { rm -rf "$tmp"; die "mvn dependency:copy-dependencies of Kafka $release failed"; }
-  rm -rf "$dir"
-  mv "$tmp" "$dir"
+  ls "$dir"/kafka_2.13-"$release".jar "$dir"/kafka-clients-"$release".jar >/dev/null 2>&1 && continue
+  fetch_module "broker-$release" "$dir" "$(broker_deps "$release")" true
 done
 # Kafka Streams 4.4.0 beside its broker, for the Streams application of the interop suite
 # (a stateless topology: RocksDB, which Kafka Streams loads only for state stores, is left out).
 for release in 4.4.0; do
   dir="$ROOT/build/kafka-jars-$release"
   [ -f "$dir/kafka-streams-$release.jar" ] && continue
-  step "fetching kafka-streams $release into build/kafka-jars-$release"
-  timeout 600 mvn -q -B -Dstyle.color=never dependency:copy \
-      -Dartifact="org.apache.kafka:kafka-streams:$release" -DoutputDirectory="$dir" \
-    || die "mvn dependency:copy of kafka-streams $release failed"
+  fetch_module "streams-$release" "$dir.streams" "$(dep org.apache.kafka kafka-streams "$release")" false
 done
 
-# ------------------------------------------------- each Kafka release's data jars
-# data/kafka/<major.minor>.json names the release it was generated from; its
-# kafka-clients and kafka-server-common jars let the tests regenerate it.
+# Each Kafka release's data jars: data/kafka/<major.minor>.json names the release it was
+# generated from; its kafka-clients and kafka-server-common jars let the tests regenerate it
+# (slf4j-api: server-common's config classes log as they load).
 RELEASE_JARS="$ROOT/build/kafka-releases"
 SLF4J_VERSION="2.0.17"
 for data in "$ROOT"/data/kafka/*.json; do
   release="$(sed -n 's/^ "release": "\(.*\)",\{0,1\}$/\1/p' "$data")"
   [ -n "$release" ] || die "$data names no release"
   dir="$RELEASE_JARS/$release"
-  # slf4j-api: server-common's config classes log as they load.
   if [ -f "$dir/kafka-clients-$release.jar" ] && [ -f "$dir/kafka-server-common-$release.jar" ] \
     && [ -f "$dir/slf4j-api-$SLF4J_VERSION.jar" ]; then
     continue
   fi
-  step "fetching kafka-clients and kafka-server-common $release (and slf4j-api) into build/kafka-releases/$release"
-  for artifact in "org.apache.kafka:kafka-clients:$release" "org.apache.kafka:kafka-server-common:$release" \
-    "org.slf4j:slf4j-api:$SLF4J_VERSION"; do
-    timeout 600 mvn -q -B -Dstyle.color=never dependency:copy -Dartifact="$artifact" \
-      -DoutputDirectory="$dir" -Dmdep.useBaseVersion=true \
-      || die "mvn dependency:copy of $artifact failed"
-  done
+  fetch_module "data-$release" "$dir" "$(dep org.apache.kafka kafka-clients "$release"; \
+    dep org.apache.kafka kafka-server-common "$release"; dep org.slf4j slf4j-api "$SLF4J_VERSION")" false
 done
+
+if [ ${#fetch_modules[@]} -gt 0 ]; then
+  step "fetching with Maven: ${fetch_modules[*]}"
+  {
+    echo '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+    echo '<groupId>dev.kshim.fetch</groupId><artifactId>fetch</artifactId><version>0</version><packaging>pom</packaging><modules>'
+    printf '<module>%s</module>\n' "${fetch_modules[@]}"
+    echo '</modules></project>'
+  } >"$FETCH/pom.xml"
+  timeout 1200 mvn -q -B -Dstyle.color=never -f "$FETCH/pom.xml" dependency:copy-dependencies \
+    || { for m in "${fetch_modules[@]}"; do rm -rf "${fetch_target[$m]}.tmp.$$"; done
+         die "mvn dependency:copy-dependencies of ${fetch_modules[*]} failed (build/mvn-fetch/)"; }
+  for m in "${fetch_modules[@]}"; do
+    target="${fetch_target[$m]}"
+    case "$m" in
+      streams-*)  # beside the broker of its release
+        mkdir -p "${target%.streams}"
+        mv "$target.tmp.$$"/*.jar "${target%.streams}/"
+        rm -rf "$target.tmp.$$" ;;
+      *)
+        rm -rf "$target"
+        mkdir -p "$(dirname "$target")"
+        mv "$target.tmp.$$" "$target" ;;
+    esac
+  done
+  [ -z "${fetch_target[suite]:-}" ] || echo "$pom_hash" >"$JARS/.pom.sha256"
+  rm -rf "$FETCH"
+fi
+ls "$JARS"/kafka_2.13-*.jar "$JARS"/kafka-tools-*.jar "$JARS"/kafka-clients-*.jar >/dev/null 2>&1 \
+  || die "build/kafka-jars has no kafka_2.13, kafka-tools or kafka-clients jar after Maven ran"
 
 # ---------------------------------------------------------------------------- Go modules
 if [ -f "$GO_DIR/go.mod" ]; then
