@@ -374,6 +374,22 @@ impl StateLog {
         Ok(offset)
     }
 
+    /// `committed_end`, asked again after a failure that passes (a connection
+    /// that went stale while the leader restarted, a leader that moved) until
+    /// `deadline`. The writer's connections can sit unused for minutes between
+    /// changes, long enough for a rolling restart to close every one of them.
+    pub async fn committed_end_by(&mut self, deadline: Instant) -> Result<i64, LogError> {
+        loop {
+            match self.committed_end().await {
+                Err(e) if e.retriable() && Instant::now() < deadline => {
+                    tracing::debug!("reading the committed end of the state topic again: {e}");
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// One read_committed fetch from `offset`, waiting at most `max_wait` for
     /// something new.
     pub async fn fetch(

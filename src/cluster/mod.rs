@@ -287,7 +287,7 @@ impl ClusterNode {
             .map_err(|_| LogError::Timeout("waiting for this instance's earlier change".into()))?;
         let caught_up = async {
             writer.claim(deadline).await?;
-            let end = writer.log().committed_end().await?;
+            let end = writer.log().committed_end_by(deadline).await?;
             self.wait_applied(end, deadline).await
         };
         if let Err(e) = caught_up.await {
@@ -380,7 +380,7 @@ impl WriterTurn<'_> {
         } else {
             // A retried batch the leader had already taken: its offset is not
             // known, the committed end covers it.
-            self.writer.log().committed_end().await?
+            self.writer.log().committed_end_by(deadline).await?
         };
         self.node.wait_applied(upto, deadline).await
     }

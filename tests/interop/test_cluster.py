@@ -23,6 +23,8 @@ one feature state and one set of config overrides, kept in a compacted topic on 
       stop: at once; SIGKILL: after the session timeout).
   (i) A second kshim cluster (another cluster.id) on the same upstream and the same topic sees
       none of the first one's state.
+  (j) A writer whose connections to the state partition's leader closed while it was idle (the
+      leader restarted) writes its next change at the first try.
 
 Run: .venv/bin/python -m pytest tests/interop/test_cluster.py -p no:cacheprovider -ra
 """
@@ -852,6 +854,26 @@ def test_leader_loss_pauses_and_loses_nothing(kafka, members, cluster_id, kafka_
         while i < len(applied) and applied[i] != level:
             i += 1
         assert i < len(applied), f"acknowledged level {level} is not in the state topic"
+    converged(members, timeout=10)
+
+
+def test_a_writer_idle_through_a_leader_restart_writes_at_once(kafka, members, kafka_trio_faults):
+    """(j) A change at A makes A the writer, holding connections to the state partition's leader.
+    That broker restarts while A writes nothing, so each of those connections is closed under
+    it. A's next change succeeds at its first try: the writer reconnects, it does not answer
+    with the broken connection's error (found by the soak, after a rolling restart)."""
+    a = members[0]
+
+    def change() -> tuple[int, str]:
+        _, level = served(a.bootstrap)
+        target = 1 + (level % 5)
+        return update_features(a.bootstrap, target, UPGRADE if target > level else SAFE_DOWNGRADE)
+
+    assert change() == (NONE, "")
+    leader = _state_leader(kafka)
+    kafka.restart_node(leader)
+    kafka.wait_brokers_registered()
+    assert change() == (NONE, "")
     converged(members, timeout=10)
 
 
