@@ -16,6 +16,7 @@ pub mod controller;
 pub mod features;
 pub mod framing;
 pub mod handlers;
+pub mod heap;
 pub mod lab;
 pub mod log_limit;
 pub mod metrics;

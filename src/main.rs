@@ -5,6 +5,10 @@ mod cli;
 
 use clap::Parser;
 
+/// The system allocator, counting what kshim holds (`kshim::heap`).
+#[global_allocator]
+static ALLOCATOR: kshim::heap::CountingAllocator = kshim::heap::CountingAllocator;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kshim",
@@ -31,6 +35,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    ALLOCATOR.mark_installed();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return refuse_command_line(e),

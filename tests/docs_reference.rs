@@ -239,6 +239,7 @@ impl FrameBudgetGauge for WatchedBudget {
 /// written out field by field, so that a new part does not build until it is
 /// given here too.
 fn served_series() -> BTreeSet<String> {
+    crate::ALLOCATOR.mark_installed();
     let metrics = Metrics::new();
     metrics.watch_frame_budget(Arc::new(WatchedBudget));
     let mut text = metrics.render(&Snapshot {

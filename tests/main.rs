@@ -5,6 +5,11 @@
 
 mod support;
 
+/// The `kshim` binary's allocator, so that /metrics renders here the heap series it
+/// renders there (docs_reference).
+#[global_allocator]
+static ALLOCATOR: kshim::heap::CountingAllocator = kshim::heap::CountingAllocator;
+
 mod admin_listener;
 mod bad_input;
 mod cli_messages;

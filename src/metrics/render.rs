@@ -121,6 +121,23 @@ impl Metrics {
             "reason",
             Closure::ALL.map(|w| (w.label(), load(&self.connections_closed[w as usize]))),
         );
+        for (name, help, value) in [
+            (
+                "kshim_heap_allocated_bytes",
+                "Bytes kshim has allocated and not yet freed (the heap it holds).",
+                crate::heap::allocated_bytes(),
+            ),
+            (
+                "kshim_resident_memory_bytes",
+                "The process's resident memory: the heap, what the allocator keeps for reuse, code and stacks.",
+                crate::heap::resident_bytes(),
+            ),
+        ] {
+            if let Some(value) = value {
+                header(o, name, "gauge", help);
+                let _ = writeln!(o, "{name} {value}");
+            }
+        }
         if let Some(budget) = self.frame_budget.get().map(|b| b.snapshot()) {
             header(
                 o,

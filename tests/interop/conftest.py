@@ -9,7 +9,8 @@ Brokers come from three fixtures, and only from them:
                   and restarts its nodes)
   kafka_clusters  a factory of clusters of a test's (or a module's) own, for tests that stop,
                   pause or reformat brokers or change their finalized features
-Every test that uses one of them is marked `broker`; `scripts/test.sh --quick` runs the
+A test that starts brokers of its own in another process (the soak) says so with the
+`own_brokers` marker. Every test that uses one of them, or has that marker, is marked `broker`; `scripts/test.sh --quick` runs the
 others (`-m "not broker"`), and there a broker started any other way fails the test.
 
     --kshim-bin PATH      (or env KSHIM_BIN)   kshim binary to test; default target/release/kshim
@@ -54,6 +55,7 @@ def pytest_configure(config):
         os.environ["KSHIM_BIN"] = str(Path(path).resolve())
     config.addinivalue_line("markers", "broker: needs a real Kafka broker (set from the fixtures it uses)")
     config.addinivalue_line("markers", "xdist_group(name): tests that pytest-xdist runs in one worker")
+    config.addinivalue_line("markers", "own_brokers: starts Kafka brokers of its own in another process (the soak)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
@@ -61,8 +63,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         # A test marked `broker` by hand takes the shared node at run time (getfixturevalue).
-        dynamic = item.get_closest_marker("broker") is not None and not BROKER_FIXTURES & used
-        if BROKER_FIXTURES & used:
+        own = item.get_closest_marker("own_brokers") is not None
+        dynamic = item.get_closest_marker("broker") is not None and not BROKER_FIXTURES & used and not own
+        if BROKER_FIXTURES & used or own:
             item.add_marker(pytest.mark.broker)
         # With pytest-xdist (--dist loadgroup) a group runs in one worker, one test at a time.
         # The tests of each shared cluster are one group: the no-bypass checks count every
@@ -75,6 +78,9 @@ def pytest_collection_modifyitems(config, items):
         else:
             group = item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+    # A module with brokers of its own in another process (the soak) takes minutes: it goes
+    # first, so that pytest-xdist does not hand it to a worker when the others are nearly done.
+    items.sort(key=lambda item: item.get_closest_marker("own_brokers") is None)
 
 
 _module_seconds: dict[str, float] = defaultdict(float)

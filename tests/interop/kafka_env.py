@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -277,15 +278,17 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def exchange(bootstrap: str, frame: bytes, timeout: float) -> bytes:
-    """Sends one request frame (without its size) on a new connection; returns the response
-    frame (without its size)."""
+def exchange(bootstrap: str, frame: bytes, timeout: float, tls: "ssl.SSLContext | None" = None) -> bytes:
+    """Sends one request frame (without its size) on a new connection, through TLS with `tls`;
+    returns the response frame (without its size)."""
     host, port = split_hostport(bootstrap)
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        return _recv_exact(sock, size)
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname=host) if tls else raw
+        with sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+            (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+            return _recv_exact(sock, size)
 
 
 def api_versions_request(version: int = 3, software: tuple[str, str] = ("kshim-interop", "0"),
@@ -304,12 +307,17 @@ def api_versions_request(version: int = 3, software: tuple[str, str] = ("kshim-i
 
 
 def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3,
-                 software: tuple[str, str] = ("kshim-interop", "0")) -> ApiVersionsInfo:
+                 software: tuple[str, str] = ("kshim-interop", "0"),
+                 tls: "ssl.SSLContext | None" = None) -> ApiVersionsInfo:
     """Send ApiVersions v3 (or v4: the same layout, but supported features whose min is 0 are
     listed too) naming `software`, and decode the response, including the feature tags 0-2."""
     if version not in (3, 4):
         raise ValueError("api_versions speaks ApiVersions v3 and v4 only")
-    resp = exchange(bootstrap, api_versions_request(version, software), timeout)
+    return parse_api_versions(exchange(bootstrap, api_versions_request(version, software), timeout, tls))
+
+
+def parse_api_versions(resp: bytes) -> ApiVersionsInfo:
+    """An ApiVersions v3 or v4 response frame (without its size), decoded."""
     pos = 4  # correlation id; the ApiVersions response header is always v0
     (error_code,) = struct.unpack_from(">h", resp, pos)
     pos += 2
@@ -361,7 +369,8 @@ def wait_until(check, timeout: float, interval: float = 0.1):
 
 
 def raw_update_features(bootstrap: str, feature: str, level: int, upgrade_type: int = 1,
-                        validate_only: bool = False, timeout: float = 40.0) -> tuple[int, str]:
+                        validate_only: bool = False, timeout: float = 40.0,
+                        tls: "ssl.SSLContext | None" = None) -> tuple[int, str]:
     """One UpdateFeatures v1 request on a raw socket (upgrade_type 1 UPGRADE, 2 SAFE_DOWNGRADE):
     (top-level error code, error message or "")."""
     client_id = b"kshim-interop"
@@ -369,7 +378,7 @@ def raw_update_features(bootstrap: str, feature: str, level: int, upgrade_type: 
     body = struct.pack(">i", 30000) + encode_uvarint(2)
     body += encode_compact_string(feature) + struct.pack(">hb", level, upgrade_type) + b"\x00"
     body += bytes([1 if validate_only else 0]) + b"\x00"
-    resp = exchange(bootstrap, header + body, timeout)
+    resp = exchange(bootstrap, header + body, timeout, tls)
     pos = 4 + 1 + 4  # correlation id, empty header tags, throttle time
     (code,) = struct.unpack_from(">h", resp, pos)
     n, pos = _uvarint(resp, pos + 2)
@@ -565,10 +574,12 @@ class BackgroundJava:
     registered for the atexit cleanup and stopped by PID."""
 
     def __init__(self, main_and_args: Sequence[str], *, workdir: Path, name: str,
-                 extra_classpath: Iterable[os.PathLike | str] = (), log_config: Path = TOOLS_LOG4J):
+                 extra_classpath: Iterable[os.PathLike | str] = (), log_config: Path = TOOLS_LOG4J,
+                 jars: Path | None = None, jvm_args: Sequence[str] = ()):
         self.stdout_path = Path(workdir) / f"{name}.out"
         self.stderr_path = Path(workdir) / f"{name}.err"
-        cmd = java_command(main_and_args, extra_classpath=extra_classpath, log_config=log_config)
+        cmd = java_command(main_and_args, extra_classpath=extra_classpath, log_config=log_config, jars=jars,
+                           jvm_args=jvm_args)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 cmd, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -992,6 +1003,13 @@ def metadata_brokers(bootstrap: str, timeout: float = 5.0) -> list[tuple[int, st
     return brokers
 
 
+# A test broker lives minutes and carries little traffic: the C1 compiler alone and the serial
+# collector make a three-node cluster ready in 8 s on 9 CPU-seconds (12 s and 18 with the JVM's
+# defaults, G1 and C2) and idle on half the CPU. A broker under hours of load (the soak) runs
+# with the JVM's defaults instead: `jvm_options=()`.
+TEST_BROKER_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 class KafkaCluster:
     """N combined broker+controller KRaft nodes on loopback, in their own temp directory.
 
@@ -1004,7 +1022,8 @@ class KafkaCluster:
     listener then sees nothing but the clients (or proxies) under test. With `dynamic_quorum`
     (one node), the node is formatted as Kafka's quickstart formats one, `--standalone` with
     `controller.quorum.bootstrap.servers`, which finalizes kraft.version 1; otherwise the
-    voters are static (`controller.quorum.voters`) and kraft.version stays 0.
+    voters are static (`controller.quorum.voters`) and kraft.version stays 0. `jvm_options`
+    replace the test brokers' cheap JIT and collector settings (TEST_BROKER_JVM_OPTIONS).
     """
 
     def __init__(
@@ -1020,6 +1039,7 @@ class KafkaCluster:
         separate_inter_broker: bool = False,
         jars: Path | None = None,
         dynamic_quorum: bool = False,
+        jvm_options: Sequence[str] = TEST_BROKER_JVM_OPTIONS,
     ):
         # Another release's broker: its own jars (release_jars), not the suite's 4.1.1.
         self.jars = require_jars(jars)
@@ -1035,6 +1055,7 @@ class KafkaCluster:
         self.extra_properties = dict(extra_properties or {})
         self.listener_overrides = dict(listener_overrides or {})
         self.heap = heap
+        self.jvm_options = list(jvm_options)
         self.separate_inter_broker = separate_inter_broker
         self.attached = False
         self.on_node_started = None
@@ -1358,11 +1379,7 @@ class KafkaCluster:
             "java",
             f"-Xmx{self.heap}",
             "-Xms128m",
-            # A test broker lives minutes and carries little traffic: the C1 compiler alone and
-            # the serial collector make a three-node cluster ready in 8 s on 9 CPU-seconds
-            # (12 s and 18 with the JVM's defaults, G1 and C2) and idle on half the CPU.
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
+            *self.jvm_options,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={BROKER_LOG4J}",
             f"-Dkafka.logs.dir={node.dir}",
