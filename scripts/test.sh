@@ -12,7 +12,8 @@
 #                                 brokers and client JVMs; its output goes to build/test-times/fuzz.log
 #                                 and is printed when it ends
 #     6. pytest tests/interop     (real Kafka clusters and real clients, kshim standalone and in front),
-#                                 in two pytest-xdist workers
+#                                 in two pytest-xdist workers; beside them, scripts/soak.sh --quick,
+#                                 whose report test_soak.py checks
 #   scripts/test.sh --quick    for every small change, a few minutes: steps 3 and 4, then the
 #                              interop tests that need no Kafka broker
 #
@@ -43,6 +44,7 @@ MODULES="$TIMES_DIR/interop-modules.tsv"
 RUN_STARTED=$SECONDS
 POOL_PID=""
 FUZZ_PID=""
+SOAK_PID=""
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -76,10 +78,13 @@ stage() {
 
 summary() {
   local rc=$?
-  if [ -n "$FUZZ_PID" ] && kill -0 "$FUZZ_PID" 2>/dev/null; then
-    kill -TERM -- "-$FUZZ_PID" 2>/dev/null || kill -TERM "$FUZZ_PID" 2>/dev/null || true
-    wait "$FUZZ_PID" 2>/dev/null || true
-  fi
+  local pid
+  for pid in "$FUZZ_PID" "$SOAK_PID"; do
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
   if [ -n "$POOL_PID" ] && kill -0 "$POOL_PID" 2>/dev/null; then
     kill -TERM "$POOL_PID" 2>/dev/null || true
     wait "$POOL_PID" 2>/dev/null || true
@@ -132,6 +137,21 @@ env FUZZ_SECONDS=5 timeout 1200 nice -n 19 \
   /usr/bin/time -f '%U %S' -o "$TIMES_DIR/fuzz.cpu" bash scripts/fuzz.sh >"$FUZZ_LOG" 2>&1 &
 FUZZ_PID=$!
 set +m
+
+# The soak's quick run (scripts/soak.sh --quick: three brokers of its own, three kshim
+# instances, the client load and every kind of fault, about four minutes) starts with the
+# interop tests, in its own process group, so that it is never the last thing the run waits
+# for; tests/interop/test_soak.py checks its report (KSHIM_SOAK_RUN).
+SOAK_DIR="$TIMES_DIR/soak"
+rm -rf "$SOAK_DIR"
+mkdir -p "$SOAK_DIR"
+step "the soak's quick run: started in the background (log: build/test-times/soak/log)"
+set -m
+( KSHIM_BIN="$ROOT/target/release/kshim" timeout 900 bash scripts/soak.sh --quick --out "$SOAK_DIR/report" \
+    >"$SOAK_DIR/log" 2>&1; echo $? >"$SOAK_DIR/exit" ) &
+SOAK_PID=$!
+set +m
+export KSHIM_SOAK_RUN="$SOAK_DIR"
 
 stage "interop tests against Apache Kafka and real clients" \
   timeout 2400 .venv/bin/python -m pytest tests/interop -p no:cacheprovider -ra $PARALLEL \

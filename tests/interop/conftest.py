@@ -78,9 +78,6 @@ def pytest_collection_modifyitems(config, items):
         else:
             group = item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
-    # A module with brokers of its own in another process (the soak) takes minutes: it goes
-    # first, so that pytest-xdist does not hand it to a worker when the others are nearly done.
-    items.sort(key=lambda item: item.get_closest_marker("own_brokers") is None)
 
 
 _module_seconds: dict[str, float] = defaultdict(float)

@@ -1243,6 +1243,7 @@ class KafkaCluster:
             "workdir": str(self.workdir),
             "separate_inter_broker": self.separate_inter_broker,
             "heap": self.heap,
+            "jvm_options": self.jvm_options,
             "nodes": [
                 {
                     "node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
@@ -1266,6 +1267,7 @@ class KafkaCluster:
         self.extra_properties = {}
         self.listener_overrides = {}
         self.heap = state["heap"]
+        self.jvm_options = list(state["jvm_options"])
         self.separate_inter_broker = state["separate_inter_broker"]
         self.jars = require_jars()
         self.attached = True

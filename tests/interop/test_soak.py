@@ -1,7 +1,9 @@
 """The soak's quick run, as a user runs it: `scripts/soak.sh --quick` starts three Kafka 4.4.0
 brokers, three kshim instances sharing state with TLS, and the client load, runs every kind of
 fault once in three minutes, and writes its report. Every invariant must hold, and the report
-must hold what docs/operations.md says it holds.
+must hold what docs/operations.md says it holds. scripts/test.sh starts the run beside the
+interop tests (KSHIM_SOAK_RUN), so that its four minutes are not the last the suite waits for;
+run alone, this test starts it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +27,17 @@ INVARIANTS = {"faults_ran", "no_acknowledged_record_lost", "per_key_order", "fea
 PLOTS = ["throughput.png", "latency.png", "memory.png", "descriptors.png", "connections.png", "epochs.png"]
 
 
-def test_the_quick_soak_holds_every_invariant(kshim_binary, tmp_path):
+def quick_soak(kshim_binary, tmp_path) -> tuple[Path, str, int]:
+    """(report directory, output, exit status) of `scripts/soak.sh --quick`: the run
+    scripts/test.sh started beside the interop tests (KSHIM_SOAK_RUN names its directory, with
+    `log` and, once it ended, `exit`), or one started here."""
+    shared = os.environ.get("KSHIM_SOAK_RUN")
+    if shared:
+        d = Path(shared)
+        if not ke.wait_until(lambda: (d / "exit").exists(), 600, 1):
+            pytest.fail(f"the quick soak started by scripts/test.sh did not end:\n{ke.tail(d / 'log')}",
+                        pytrace=False)
+        return d / "report", (d / "log").read_text(), int((d / "exit").read_text())
     out = tmp_path / "soak"
     env = {**os.environ, "KSHIM_BIN": str(kshim_binary)}
     try:
@@ -32,8 +45,12 @@ def test_the_quick_soak_holds_every_invariant(kshim_binary, tmp_path):
                              cwd=ke.REPO_ROOT, env=env, capture_output=True, text=True, timeout=480)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the quick soak did not end within 480 s:\n{e.stdout}\n{e.stderr}", pytrace=False)
-    log = run.stdout + run.stderr
-    assert (out / "summary.json").exists(), f"no summary.json (rc {run.returncode}):\n{log[-6000:]}"
+    return out, run.stdout + run.stderr, run.returncode
+
+
+def test_the_quick_soak_holds_every_invariant(kshim_binary, tmp_path):
+    out, log, returncode = quick_soak(kshim_binary, tmp_path)
+    assert (out / "summary.json").exists(), f"no summary.json (rc {returncode}):\n{log[-6000:]}"
     summary = json.loads((out / "summary.json").read_text())
     # The quick run reports the ack p99 against direct without judging it (soak.py,
     # Profile.judge_performance); every other invariant decides.
@@ -42,7 +59,7 @@ def test_the_quick_soak_holds_every_invariant(kshim_binary, tmp_path):
     assert all(summary["invariants"][k]["detail"] for k in advisory)
     broken = {k: v["detail"] for k, v in summary["invariants"].items() if not v["held"] and k not in advisory}
     assert not broken, f"invariants broken: {json.dumps(broken, indent=1)}\n{log[-4000:]}"
-    assert run.returncode == 0, log[-6000:]
+    assert returncode == 0, log[-6000:]
     assert set(summary["invariants"]) == INVARIANTS
     assert {f["kind"] for f in summary["faults"]} == KINDS
     assert all(f["healed_s"] is not None and f["healed_s"] >= f["at_s"] for f in summary["faults"])
