@@ -38,7 +38,7 @@ PARALLEL="${KSHIM_PYTEST_PARALLEL--n 2 --dist loadgroup}"
 
 TIMES_DIR="$ROOT/build/test-times"
 mkdir -p "$TIMES_DIR"
-rm -f "$TIMES_DIR"/*
+rm -rf "${TIMES_DIR:?}"/*  # the last run's times and logs, the soak's report directory included
 STAGES="$TIMES_DIR/stages.tsv"
 MODULES="$TIMES_DIR/interop-modules.tsv"
 RUN_STARTED=$SECONDS
