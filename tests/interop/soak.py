@@ -1111,6 +1111,10 @@ def run(args) -> int:
         run_faults(Faults(kafka, instances, certs, files, activity, rec, prof, random.Random(seed + 2)),
                    planned, prof, t0)
 
+        # The last fault may heal after the load ended: the sampler keeps going long enough
+        # to see whether the instances agree again.
+        last_heal = max((f.get("healed", 0) for f in rec.faults), default=0)
+        time.sleep(max(0.0, last_heal + CONVERGE_S + 1 - time.time()))
         log("waiting for the client load to end and to check what it consumed")
         # What each part cost, up to the end of the load (the drain's consuming excluded).
         ke.wait_until(lambda: time.time() > t0 + prof.seconds or not java.alive(), prof.seconds + 60, 0.5)
