@@ -123,14 +123,8 @@ class Reader:
         return v
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
+        value, self.pos = ke._uvarint(self.buf, self.pos)
+        return value
 
     def string(self) -> str | None:
         n = self.uvarint() - 1
@@ -145,9 +139,7 @@ class Reader:
         return [] if n < 0 else [item(self) for _ in range(n)]
 
     def tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
+        self.pos = ke._skip_tags(self.buf, self.pos)
 
 
 def metadata_request(topics: list[str] | None, correlation_id: int = 1) -> bytes:
