@@ -569,9 +569,25 @@ def test_a_killed_writer_leaves_nothing_half_visible(kafka, kshim_factory, membe
         wait_live_view(z, {m.instance for m in members} | {"kshim-z2"})
         target = 5 if level != 5 else 1
         kind = UPGRADE if target > level else SAFE_DOWNGRADE
-        threading.Thread(target=lambda: _ignore(lambda: update_features(z.bootstrap, target, kind)),
-                         daemon=True).start()
-        assert wait_until(lambda: "pausing" in z.log_text(), 30), "kshim-z2 never reached its commit"
+        # The change is sent again if an attempt ends before reaching the commit (a coordinator
+        # still loading after an earlier test's broker restart can outlast the write timeout);
+        # what each attempt answered is kept for the failure message.
+        answers: list = []
+        sender = None
+
+        def reached_commit() -> bool:
+            nonlocal sender
+            if "pausing" in z.log_text():
+                return True
+            if sender is None or not sender.is_alive():
+                sender = threading.Thread(
+                    target=lambda: answers.append(_answer_or_cut(lambda: update_features(z.bootstrap, target, kind))),
+                    daemon=True)
+                sender.start()
+            return False
+
+        assert wait_until(reached_commit, 60), (
+            f"kshim-z2 never reached its commit; its answers: {answers}\n{ke.tail(z.log_path)}")
         os.kill(z.pid, signal.SIGKILL)
         z.proc.wait(10)
         # Its open transaction is aborted by the coordinator once the transaction timeout has
@@ -596,12 +612,13 @@ def test_a_killed_writer_leaves_nothing_half_visible(kafka, kshim_factory, membe
         z.cleanup()
 
 
-def _ignore(call):
-    """Runs a request whose connection may be cut by the kill the test makes."""
+def _answer_or_cut(call):
+    """Runs a request whose connection may be cut by the kill the test makes: its answer, or
+    the error that cut it."""
     try:
-        call()
-    except (OSError, ke.EnvError):
-        pass
+        return call()
+    except (OSError, ke.EnvError) as e:
+        return repr(e)
 
 
 def test_an_instance_serves_its_kept_state_while_the_upstream_is_away(kafka, kshim_factory, members, cluster_id):
