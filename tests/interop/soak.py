@@ -56,6 +56,7 @@ MAX_LEVEL = 8
 TOKEN = "soak-" + "admin"
 SOAK_SRC = ke.INTEROP_DIR / "java" / "Soak.java"
 INSTANCES = 3
+BROKERS = 3
 KINDS = ["kshim_kill", "writer_pause", "broker_roll", "state_leader_stop", "cert_rotate", "config_patch",
          "truststore_change", "client_flood"]
 CHURN_PER_MIN = 500
@@ -66,6 +67,11 @@ MEMORY_GROWTH_LIMIT = 0.05
 # the arenas of the threads that allocated under load and their stacks. A leak grows with the
 # load's length; this does not.
 ARENA_ALLOWANCE_KIB = 2048
+# An idle instance keeps its connections to the brokers for the cluster's state: to the state
+# partition's leader, the transaction coordinator and the group coordinator, each of which may
+# be any broker, and to the brokers its clients last used. Where these leaders are after the
+# faults decides how many there are; a leak grows past this bound.
+UPSTREAM_PER_BROKER = 4
 P99_MARGIN_MS = 2.0
 
 
@@ -90,18 +96,19 @@ class Profile:
     # saturated, and a three-minute run beside other work (the test command) cannot tell 2 ms
     # from noise. There it is reported as advisory.
     judge_performance: bool = True
+    lean_brokers: bool = False  # the brokers' JVM: C1 and the serial collector (see new_kafka)
 
 
-def profile(minutes: float, quick: bool, mbps: float | None) -> Profile:
+def profile(minutes: float, quick: bool, mbps: float | None, lean_brokers: bool = False) -> Profile:
     if quick:
         return Profile(seconds=180, records_per_s=int((mbps or 0.125) * 1024), linger_ms=20, probe_per_s=20,
                        warmup_s=20,
                        tail_s=15, repeats=1, kill_down_s=2, pause_s=10, leader_stop_s=10, flood_s=10,
-                       grace_s=10, gap_s=3, back_to_back=True, judge_performance=False)
+                       grace_s=10, gap_s=3, back_to_back=True, judge_performance=False, lean_brokers=True)
     seconds = int(minutes * 60)
     return Profile(seconds=seconds, records_per_s=int((mbps or 5) * 1024), linger_ms=5, probe_per_s=100,
                    warmup_s=min(300, seconds // 6), tail_s=60, repeats=2, kill_down_s=5, pause_s=20,
-                   leader_stop_s=30, flood_s=20, grace_s=15, gap_s=20)
+                   leader_stop_s=30, flood_s=20, grace_s=15, gap_s=20, lean_brokers=lean_brokers)
 
 
 def log(msg: str) -> None:
@@ -312,10 +319,14 @@ def cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
-def idle_sample(instances: list["Instance"]) -> dict[str, dict]:
+def idle_sample(instances: list["Instance"], broker_ports: set[int]) -> dict[str, dict]:
     """Each live instance's heap, resident memory, descriptors and open client connections, taken
-    when no client is connected (before the load, and after it and the background activity)."""
+    when no client is connected (before the load, and after it and the background activity).
+    Descriptors are counted apart by what they are: connections to the brokers (`to_brokers`,
+    how many depends on where the state partition's leader and the coordinators are), and the
+    rest (`fds`)."""
     out = {}
+    sockets = tcp_sockets()
     for i in instances:
         pid = i.kshim.pid
         if not i.kshim.alive():
@@ -325,8 +336,70 @@ def idle_sample(instances: list["Instance"]) -> dict[str, dict]:
             "heap_kib": metric_sum(text, "kshim_heap_allocated_bytes") / 1024 if status == 200 else 0.0,
             "open": metric_sum(text, "kshim_connections_open") if status == 200 else -1,
             "anon_kib": proc_status_kib(pid, "RssAnon"),
-            "fds": len(os.listdir(f"/proc/{pid}/fd")),
+            **descriptors(pid, sockets, broker_ports),
+            "threads": proc_status_kib(pid, "Threads"),
+            "anon_by_kind": anon_breakdown(pid),
         }
+    return out
+
+
+def tcp_sockets() -> dict[str, int]:
+    """Socket inode -> remote port of every TCP socket of the machine."""
+    out = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            out[f[9]] = int(f[2].rsplit(":", 1)[1], 16)
+    return out
+
+
+def descriptors(pid: int, sockets: dict[str, int], broker_ports: set[int]) -> dict[str, int]:
+    to_brokers = other = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and sockets.get(target[8:-1]) in broker_ports:
+            to_brokers += 1
+        else:
+            other += 1
+    return {"fds": other, "to_brokers": to_brokers}
+
+
+def anon_breakdown(pid: int) -> dict[str, int]:
+    """Where a process's anonymous resident memory is, in KiB, from /proc/PID/smaps: glibc's main
+    heap ([heap]), its other arenas (mappings inside 64 MiB reservations), thread stacks (a
+    mapping with a guard page just below it) and other mappings (large blocks malloc mmaps on
+    its own, the runtime's own)."""
+    vmas = []
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            vmas.append({"lo": lo, "hi": hi, "perms": head[1], "path": head[5] if len(head) > 5 else "",
+                         "anon": 0})
+        elif head[0] == "Anonymous:" and vmas:
+            vmas[-1]["anon"] = int(head[1])
+    out = {"heap": 0, "arenas": 0, "stacks": 0, "other": 0}
+    arena_size = 64 << 20
+    for n, v in enumerate(vmas):
+        if not v["anon"]:
+            continue
+        if v["path"] == "[heap]":
+            kind = "heap"
+        elif v["path"] == "" and v["lo"] % arena_size == 0:
+            kind = "arenas"
+        elif v["path"] == "[stack]" or (n > 0 and vmas[n - 1]["hi"] == v["lo"]
+                                        and vmas[n - 1]["perms"].startswith("---")):
+            kind = "stacks"
+        else:
+            kind = "other"
+        out[kind] += v["anon"]
     return out
 
 
@@ -749,6 +822,9 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
     # descriptors, and ARENA_ALLOWANCE_KIB of anonymous memory). The baseline is taken once the
     # TLS session cache is full.
     notes, bad = [], []
+
+    def where(sample: dict) -> str:
+        return ", ".join(f"{k} {v / 1024:.1f}" for k, v in sample["anon_by_kind"].items())
     for name, before in sorted(idle_before.items()):
         after = idle_after.get(name)
         if after is None:
@@ -756,10 +832,12 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
             continue
         heap_ok = after["heap_kib"] <= before["heap_kib"] * (1 + MEMORY_GROWTH_LIMIT) + 256
         anon_ok = after["anon_kib"] <= before["anon_kib"] * (1 + MEMORY_GROWTH_LIMIT) + ARENA_ALLOWANCE_KIB
-        fds_ok = after["fds"] <= before["fds"] + 2
+        fds_ok = after["fds"] <= before["fds"] + 2 and after["to_brokers"] <= UPSTREAM_PER_BROKER * BROKERS
         note = (f"{name} idle before -> after the load: heap {before['heap_kib'] / 1024:.2f} -> "
                 f"{after['heap_kib'] / 1024:.2f} MiB, anonymous resident {before['anon_kib'] / 1024:.1f} -> "
-                f"{after['anon_kib'] / 1024:.1f} MiB, descriptors {before['fds']} -> {after['fds']}")
+                f"{after['anon_kib'] / 1024:.1f} MiB ({where(before)} -> {where(after)}), descriptors "
+                f"{before['fds']} -> {after['fds']} and to the brokers {before['to_brokers']} -> "
+                f"{after['to_brokers']} (bound: {UPSTREAM_PER_BROKER} a broker), threads {before['threads']} -> {after['threads']}")
         notes.append(note)
         if not (heap_ok and anon_ok and fds_ok):
             bad.append(note)
@@ -965,6 +1043,8 @@ def read_java(path: Path) -> tuple[list[dict], list[dict], dict]:
 def tls_files(out: Path) -> tuple[ts.Certs, dict]:
     """The certificates, and what the TLS faults swap: two listener certificates of one CA, and
     two client-CA bundles (the clients' CA alone, and with a second CA added)."""
+    # Made anew on each run: a report directory given again must not keep the last run's.
+    shutil.rmtree(out / "certs", ignore_errors=True)
     certs = ts.make_certs(out / "certs")
     server_b = ts.issue(certs.dir, "server-b", "localhost", certs.ca, certs.ca_key, "server_ext")
     trust_a = certs.dir / "clients-ca.pem"
@@ -974,12 +1054,16 @@ def tls_files(out: Path) -> tuple[ts.Certs, dict]:
     return certs, {"server_certs": [(certs.server, certs.server_key), server_b], "trust": [trust_a, trust_b]}
 
 
-def new_kafka(out: Path, quick: bool) -> ke.KafkaCluster:
-    # Brokers under half an hour of load or more run as in production (the JVM's default
-    # compiler and collector); the three minutes of --quick are over before C2 would pay off.
+def new_kafka(out: Path, lean: bool) -> ke.KafkaCluster:
+    # By default the brokers run as in production (the JVM's default compiler and collector).
+    # Lean brokers (the C1 compiler, the serial collector) cost half the CPU: the three minutes
+    # of --quick are over before C2 would pay off, and on a small machine they leave the
+    # latency probes a core (--lean-brokers).
+    # Each run formats new brokers, even in a report directory given again.
+    shutil.rmtree(out / "kafka", ignore_errors=True)
     return ke.KafkaCluster(
-        3, jars=ke.release_jars(RELEASE), workdir=out / "kafka", separate_inter_broker=True, heap="1g",
-        jvm_options=ke.TEST_BROKER_JVM_OPTIONS if quick else (),
+        BROKERS, jars=ke.release_jars(RELEASE), workdir=out / "kafka", separate_inter_broker=True, heap="1g",
+        jvm_options=ke.TEST_BROKER_JVM_OPTIONS if lean else (),
         extra_properties={
             "group.consumer.heartbeat.interval.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "1000",
             "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000",
@@ -1064,7 +1148,8 @@ def report(out: Path, prof: Profile, seed: int, t0: float, rec: Recorder, inv: d
             "load": f"{prof.records_per_s} records/s of 1 KiB (acks=all, idempotent, linger {prof.linger_ms} ms) "
                     f"through kshim over TLS; probe {prof.probe_per_s}/s through kshim and direct; "
                     f"{CHURN_PER_MIN} short-lived connections/min; UpdateFeatures every {UPDATE_EVERY_S:g} s",
-            "Kafka": f"{RELEASE}, three combined KRaft nodes",
+            "Kafka": f"{RELEASE}, three combined KRaft nodes"
+                     + (" (lean JVM: C1 compiler, serial collector)" if prof.lean_brokers else ""),
             "acknowledged": summary["acked"],
             "UpdateFeatures": f"{sum(1 for u in rec.updates if u['code'] == 0)} of {len(rec.updates)} succeeded",
             "CPU seconds (start to the end of the load)": ", ".join(f"{k} {v:.0f}" for k, v in cpu.items())}
@@ -1073,7 +1158,7 @@ def report(out: Path, prof: Profile, seed: int, t0: float, rec: Recorder, inv: d
 
 
 def run(args) -> int:
-    prof = profile(args.minutes, args.quick, args.mbps)
+    prof = profile(args.minutes, args.quick, args.mbps, args.lean_brokers)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kshim-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
@@ -1085,7 +1170,7 @@ def run(args) -> int:
 
     certs, files = tls_files(out)
     rec = Recorder()
-    kafka = new_kafka(out, args.quick)
+    kafka = new_kafka(out, prof.lean_brokers)
     instances: list[Instance] = []
     activity = java = None
     try:
@@ -1095,7 +1180,8 @@ def run(args) -> int:
         log("starting three kshim instances")
         instances = start_instances(kafka, certs, files["trust"][0], out)
         fill_tls_session_caches(instances, certs)
-        idle_before = idle_sample(instances)
+        broker_ports = {ke.split_hostport(b)[1] for b in kafka.bootstrap.split(",")}
+        idle_before = idle_sample(instances, broker_ports)
         java, t0 = start_load(prof, args.quick, kafka, instances, certs, out)
         log("client load running")
         activity = Activity(instances, certs, rec, seed)
@@ -1121,9 +1207,9 @@ def run(args) -> int:
         activity = None
         # Every client has left: the next release of free memory (every 30 s) is awaited, and
         # the instances' connections to the clients must be closed, before the idle sample.
-        ke.wait_until(lambda: all(v["open"] == 0 for v in idle_sample(instances).values()), 30, 0.5)
+        ke.wait_until(lambda: all(v["open"] == 0 for v in idle_sample(instances, broker_ports).values()), 30, 0.5)
         time.sleep(31)
-        idle_after = idle_sample(instances)
+        idle_after = idle_sample(instances, broker_ports)
         ticks, errors, final = read_java(java.stdout_path)
         if not final:
             raise ke.EnvError(f"the client load ended without its final line (rc {res.rc})\n{res.stderr[-3000:]}")
@@ -1163,6 +1249,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30, help="how long the load runs (default 30)")
     ap.add_argument("--quick", action="store_true", help="3 minutes, every fault kind once, shorter faults")
     ap.add_argument("--mbps", type=float, help="bulk load in MiB/s (default 5; 0.125 with --quick)")
+    ap.add_argument("--lean-brokers", action="store_true",
+                    help="brokers with the C1 compiler and the serial collector, half the CPU (always with --quick)")
     ap.add_argument("--seed", type=int, help="the fault schedule's seed (default: random, printed)")
     ap.add_argument("--out", help="the report directory (default: a new temporary directory)")
     args = ap.parse_args()
