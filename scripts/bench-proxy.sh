@@ -12,6 +12,9 @@
 #   bash scripts/bench-proxy.sh --direct-only    # the broker leg alone, to check the benchmark
 #   bash scripts/bench-proxy.sh --no-build       # use target/release/kshim as it is
 #   bash scripts/bench-proxy.sh --help           # every option of the driver
+#   bash scripts/bench-proxy.sh --study latency --legs direct,kshim,relay --rounds 10 \
+#        --latency-seconds 10 --pin broker=0,proxy=1,client=1 --plots /tmp/lat
+#                                                # ack latency only: the tail, round by round, and a CDF plot
 #
 # Other knobs: BENCH_RECORDS_1K, BENCH_RECORDS_64K (records per produce run),
 # BENCH_LATENCY_SECS, BENCH_LATENCY_RATE_1K, BENCH_LATENCY_RATE_64K (latency runs),

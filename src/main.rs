@@ -41,7 +41,11 @@ fn main() -> std::process::ExitCode {
         Err(e) => return refuse_command_line(e),
     };
     let log = init_logging(&cli.command);
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(kshim::heap::release_free_memory_when_idle)
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("kshim: cannot start the runtime: {e}");

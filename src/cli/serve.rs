@@ -123,32 +123,12 @@ pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
         println!("kshim admin API on {scheme}://{addr}");
     }
     println!("kshim listening on {}", service.local_addr);
-    release_free_memory_periodically();
     let stop = stop_on_signal(
         Arc::clone(&service.admin),
         Duration::from_millis(service.config.shutdown_delay_ms),
     )?;
     service.serve(stop).await;
     Ok(())
-}
-
-/// How often the allocator's free pages go back to the system (`kshim::heap`).
-const RELEASE_FREE_MEMORY_EVERY: Duration = Duration::from_secs(30);
-
-/// Without this, the resident memory stays at the high-water mark of every
-/// burst of connections (a rolling restart makes every client reconnect at
-/// once): over a half-hour soak with two rolling restarts it grew by 13-27%
-/// while the heap did not.
-fn release_free_memory_periodically() {
-    tokio::spawn(async {
-        let mut every = tokio::time::interval(RELEASE_FREE_MEMORY_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        every.tick().await;
-        loop {
-            every.tick().await;
-            let _ = tokio::task::spawn_blocking(kshim::heap::release_free_memory).await;
-        }
-    });
 }
 
 /// Turns true when kshim is to stop accepting connections; open connections

@@ -67,6 +67,10 @@ MEMORY_GROWTH_LIMIT = 0.05
 # the arenas of the threads that allocated under load and their stacks. A leak grows with the
 # load's length; this does not.
 ARENA_ALLOWANCE_KIB = 2048
+# Where mimalloc maps its memory (its address hints start at 2 TiB) and the size of a glibc arena
+# reservation: for the breakdown of anonymous memory.
+MIMALLOC_REGION = (2 << 40, 64 << 40)
+GLIBC_ARENA_SIZE = 64 << 20
 # An idle instance keeps its connections to the brokers for the cluster's state: to the state
 # partition's leader, the transaction coordinator and the group coordinator, each of which may
 # be any broker, and to the brokers its clients last used. Where these leaders are after the
@@ -372,10 +376,10 @@ def descriptors(pid: int, sockets: dict[str, int], broker_ports: set[int]) -> di
 
 
 def anon_breakdown(pid: int) -> dict[str, int]:
-    """Where a process's anonymous resident memory is, in KiB, from /proc/PID/smaps: glibc's main
-    heap ([heap]), its other arenas (mappings inside 64 MiB reservations), thread stacks (a
-    mapping with a guard page just below it) and other mappings (large blocks malloc mmaps on
-    its own, the runtime's own)."""
+    """Where a process's anonymous resident memory is, in KiB, from /proc/PID/smaps: kshim's
+    allocator (mimalloc, which maps its memory from 2 TiB up), the C library's malloc (its main
+    heap, and its other arenas: mappings inside 64 MiB reservations), thread stacks (a mapping
+    with a guard page just below it) and the rest (the binary's relocated data, for one)."""
     vmas = []
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split()
@@ -385,15 +389,14 @@ def anon_breakdown(pid: int) -> dict[str, int]:
                          "anon": 0})
         elif head[0] == "Anonymous:" and vmas:
             vmas[-1]["anon"] = int(head[1])
-    out = {"heap": 0, "arenas": 0, "stacks": 0, "other": 0}
-    arena_size = 64 << 20
+    out = {"mimalloc": 0, "libc malloc": 0, "stacks": 0, "other": 0}
     for n, v in enumerate(vmas):
         if not v["anon"]:
             continue
-        if v["path"] == "[heap]":
-            kind = "heap"
-        elif v["path"] == "" and v["lo"] % arena_size == 0:
-            kind = "arenas"
+        if MIMALLOC_REGION[0] <= v["lo"] < MIMALLOC_REGION[1]:
+            kind = "mimalloc"
+        elif v["path"] == "[heap]" or (v["path"] == "" and v["lo"] % GLIBC_ARENA_SIZE == 0):
+            kind = "libc malloc"
         elif v["path"] == "[stack]" or (n > 0 and vmas[n - 1]["hi"] == v["lo"]
                                         and vmas[n - 1]["perms"].startswith("---")):
             kind = "stacks"
@@ -1180,6 +1183,7 @@ def run(args) -> int:
         log("starting three kshim instances")
         instances = start_instances(kafka, certs, files["trust"][0], out)
         fill_tls_session_caches(instances, certs)
+        time.sleep(12)  # as before the sample after the load (below)
         broker_ports = {ke.split_hostport(b)[1] for b in kafka.bootstrap.split(",")}
         idle_before = idle_sample(instances, broker_ports)
         java, t0 = start_load(prof, args.quick, kafka, instances, certs, out)
@@ -1205,11 +1209,17 @@ def run(args) -> int:
         res = java.wait(prof.seconds + 400 - (time.time() - t0))
         activity.close()
         activity = None
-        # Every client has left: the next release of free memory (every 30 s) is awaited, and
-        # the instances' connections to the clients must be closed, before the idle sample.
+        # Every client has left: the instances' connections to the clients must be closed, and
+        # each runtime thread must have gone idle and handed its free memory back (at most every
+        # 10 s), before the idle sample.
         ke.wait_until(lambda: all(v["open"] == 0 for v in idle_sample(instances, broker_ports).values()), 30, 0.5)
-        time.sleep(31)
+        time.sleep(12)
         idle_after = idle_sample(instances, broker_ports)
+        for i in instances:
+            # Where the anonymous memory of each instance is, mapping by mapping, for a reader
+            # of a memory invariant that did not hold.
+            if i.kshim.alive():
+                shutil.copyfile(f"/proc/{i.kshim.pid}/smaps", out / f"smaps-{i.name}-idle-after.txt")
         ticks, errors, final = read_java(java.stdout_path)
         if not final:
             raise ke.EnvError(f"the client load ended without its final line (rc {res.rc})\n{res.stderr[-3000:]}")

@@ -237,11 +237,21 @@ public class LatencyProbe {
             long[] measured = Arrays.copyOfRange(lat, warmup, total);
             Arrays.sort(measured);
             out.append(String.format(", \"acks_%s\": {\"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
-                            + "\"max_us\": %.1f, \"late_sends\": %d}",
+                            + "\"max_us\": %.1f, \"late_sends\": %d, \"quantiles_us\": %s}",
                     acks, pct(measured, 0.50), pct(measured, 0.99), pct(measured, 0.999),
-                    measured[measured.length - 1] / 1000.0, lateSends));
+                    measured[measured.length - 1] / 1000.0, lateSends, quantiles(measured)));
         }
         return out.append("}").toString();
+    }
+
+    /** The distribution for a CDF plot: [q, microseconds] at q = 0.01 .. 0.99, 0.995, 0.999, 1. */
+    private static String quantiles(long[] sorted) {
+        StringBuilder b = new StringBuilder("[");
+        for (int i = 1; i <= 102; i++) {
+            double q = i <= 99 ? i / 100.0 : i == 100 ? 0.995 : i == 101 ? 0.999 : 1.0;
+            b.append(i > 1 ? ", " : "").append(String.format("[%s, %.1f]", q, pct(sorted, q)));
+        }
+        return b.append("]").toString();
     }
 
     /** Nearest-rank percentile of sorted nanoseconds, in microseconds. */

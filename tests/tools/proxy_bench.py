@@ -216,6 +216,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="give up (exit 1) when the run would go on past this",
     )
     p.add_argument("--keep-tmp", action="store_true", default=bool(os.environ.get("KSHIM_BENCH_KEEP_TMP")))
+    p.add_argument(
+        "--study",
+        choices=("all", "latency"),
+        default="all",
+        help="latency: only the ack-latency runs (1 KiB, acks=1 and all), --rounds of them per leg, "
+        "with the distribution of each round and a CDF plot (--plots), to tell a leg's tail from "
+        "the machine's noise",
+    )
+    p.add_argument(
+        "--pin",
+        default=os.environ.get("BENCH_PIN", ""),
+        help="CPU affinity of the broker, the forwarders and the client JVMs, e.g. "
+        "'broker=0,proxy=1,client=1' (CPU lists as taskset takes them; default: none)",
+    )
+    p.add_argument("--plots", type=Path, help="directory for PNG plots and their data (--study latency)")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -236,7 +251,43 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     else:
         legs = list(LEGS)
     args.legs = [leg for leg in LEGS if leg in legs]  # one canonical order
+    try:
+        args.pin = parse_pin(args.pin)
+    except ValueError as e:
+        p.error(f"--pin: {e}")
     return args
+
+
+def parse_pin(spec: str) -> dict[str, set[int]]:
+    """'broker=0,proxy=1-2,client=3' -> {"broker": {0}, "proxy": {1, 2}, "client": {3}}."""
+    out: dict[str, set[int]] = {}
+    for part in re.split(r",(?=[a-z]+=)", spec.strip()) if spec.strip() else []:
+        role, _, cpus = part.partition("=")
+        if role not in ("broker", "proxy", "client"):
+            raise ValueError(f"unknown role {role!r}; use broker, proxy and client")
+        chosen: set[int] = set()
+        for item in cpus.split(","):
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise ValueError(f"bad CPU list {cpus!r} for {role}")
+            chosen.update(range(int(lo), int(hi or lo) + 1))
+        missing = chosen - os.sched_getaffinity(0)
+        if missing:
+            raise ValueError(f"CPU(s) {sorted(missing)} for {role} are not available here")
+        out[role] = chosen
+    return out
+
+
+def pin_process(pid: int, cpus: set[int] | None) -> None:
+    """Sets the affinity of every thread of `pid` (and of the threads it starts later, which
+    inherit it) to `cpus`."""
+    if not cpus:
+        return
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,14 +397,17 @@ def raise_open_file_limit(need: int) -> int:
 class ToolRunner:
     """Runs one Java tool at a time, each in its own session so that only this driver stops it."""
 
-    def __init__(self, log_dir: Path, deadline: float):
+    def __init__(self, log_dir: Path, deadline: float, cpus: set[int] | None = None):
         self.log_dir = log_dir
         self.deadline = deadline
+        self.cpus = cpus  # the client JVMs' affinity (--pin client=...)
         self.seq = 0
         self.last_wall_s = 0.0  # wall time of the latest tool run, JVM start included
 
     def java(self, name: str, main_and_args: list[str], extra_classpath: list[Path] = ()) -> str:
+        pin = ["taskset", "-c", ",".join(map(str, sorted(self.cpus)))] if self.cpus else []
         cmd = [
+            *pin,
             "java",
             CLIENT_HEAP,
             f"-Dlog4j2.configurationFile={ke.TOOLS_LOG4J}",
@@ -948,6 +1002,7 @@ def latency(tools: ToolRunner, probe_classes: Path, ep: Endpoint, topic: str, si
         res[f"ack_p50_{acks}"] = a["p50_us"] / 1000
         res[f"ack_p99_{acks}"] = a["p99_us"] / 1000
         res[f"late_{acks}"] = a["late_sends"]
+        res[f"quantiles_{acks}"] = a["quantiles_us"]
     return res
 
 
@@ -1099,7 +1154,7 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
         raise BenchError(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
     proxies_run = [leg for leg in legs if leg != "direct"]
     idle_n = 0
-    if proxies_run and args.idle_connections != 0:
+    if proxies_run and args.idle_connections != 0 and args.study == "all":
         # A forwarder holds two descriptors per connection (client side and upstream side).
         want = IDLE_CONNS_DEFAULT if args.idle_connections < 0 else args.idle_connections
         have = raise_open_file_limit(2 * want + FD_HEADROOM)
@@ -1115,7 +1170,7 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     rate_for = {1024: args.latency_rate_1k, 65536: args.latency_rate_64k}
     log_dir = workdir / "logs"
     log_dir.mkdir()
-    tools = ToolRunner(log_dir, deadline)
+    tools = ToolRunner(log_dir, deadline, args.pin.get("client"))
 
     log("compiling tests/tools/LatencyProbe.java")
     probe_classes = ke.compile_java(LATENCY_PROBE_SRC)
@@ -1137,6 +1192,7 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     except ke.EnvError as e:
         raise BenchError(str(e))
     broker = cluster.nodes[0]
+    pin_process(broker.pid, args.pin.get("broker"))
     log(f"broker on {broker.bootstrap} (pid {broker.pid})")
 
     endpoints: list[Endpoint] = []
@@ -1162,6 +1218,7 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
             resources.append(p.stop)
             log(f"starting socat relay {relay_port} -> {relay_listener} (the broker's RELAY listener)")
             p.start({broker.port, relay_listener})
+        pin_process(p.proc.pid, args.pin.get("proxy"))
         log(f"{leg} {p.describe()} hands out brokers {p.advertised}")
         proxies[leg] = p
         endpoints.append(Endpoint(leg, p.bootstrap, p))
@@ -1176,6 +1233,10 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     def relay_sampling(ep: Endpoint, on: bool) -> None:
         if isinstance(ep.proxy, SocatRelay):
             ep.proxy.sampling(on)
+
+    if args.study == "latency":
+        return latency_study(args, tools, probe_classes, broker.bootstrap, endpoints, check_alive, notes,
+                             time.monotonic() - started)
 
     round_topics = {(r, s): f"bench-{s}-r{r}" for r in range(1, args.rounds + 1) for s, _ in SIZES}
     latency_topics = {s: f"bench-latency-{s}" for s, _ in SIZES}
@@ -1256,6 +1317,141 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     print_report(args, results, [ep.leg for ep in endpoints], memory, idle_n, notes,
                  kroxylicious_home, time.monotonic() - started)
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# the latency study (--study latency)
+
+STUDY_SIZE = 1024
+# The goal of the study: kshim adds no more at p99 than the relay, the floor of forwarding, and
+# none of its rounds is worse than direct's worst round by more than this.
+STUDY_WORST_ROUND_MARGIN_MS = 1.0
+
+
+def latency_study(args, tools: ToolRunner, probe_classes: Path, broker_bootstrap: str, endpoints: list,
+                  check_alive, notes: list[str], setup_s: float) -> int:
+    """Only the ack-latency runs of 1 KiB records, --rounds per leg in alternating order after one
+    unmeasured run per leg, with each round's distribution kept: a per-round table, the spread
+    of the rounds' p99, and a CDF plot per acks setting."""
+    started = time.monotonic()
+    topic = "bench-latency-study"
+    create_topics(broker_bootstrap, [topic], args.partitions)
+    rate = args.latency_rate_1k
+    for ep in endpoints:
+        log(f"unmeasured latency run via {ep.leg}")
+        latency(tools, probe_classes, ep, topic, STUDY_SIZE, rate, 2)
+        check_alive()
+    rounds: dict[str, list[dict]] = {ep.leg: [] for ep in endpoints}
+    for rnd in range(1, args.rounds + 1):
+        order = endpoints if rnd % 2 == 1 else list(reversed(endpoints))
+        for ep in order:
+            r = latency(tools, probe_classes, ep, topic, STUDY_SIZE, rate, args.latency_seconds)
+            check_alive()
+            rounds[ep.leg].append(r)
+            log(f"round {rnd}/{args.rounds} {ep.leg}: ack p50/p99 {r['ack_p50_1']:.3f}/{r['ack_p99_1']:.3f} ms "
+                f"(acks=1), {r['ack_p50_all']:.3f}/{r['ack_p99_all']:.3f} ms (acks=all); late sends "
+                f"{r['late_1']}, {r['late_all']}")
+    legs = [ep.leg for ep in endpoints]
+    print()
+    print(f"Latency study: Apache Kafka 4.1.1, 1 node; {STUDY_SIZE} B records at {rate}/s, linger.ms=0, "
+          f"{args.latency_seconds} s per run; {args.rounds} rounds per leg, alternating; legs: {', '.join(legs)}; "
+          f"affinity: {format_pin(args.pin)}")
+    for note in notes:
+        print(note)
+    for acks in ACKS:
+        print()
+        print(f"acks={acks}: ack latency in ms, over the rounds (median; best and worst round)")
+        print()
+        print("| leg | p50 | p99 median | p99 best | p99 worst | p99.9 median | max median | added p99 vs direct |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for leg in legs:
+            rows = rounds[leg]
+            p99 = [r[f"ack_p99_{acks}"] for r in rows]
+            p999 = [_quantile(r[f"quantiles_{acks}"], 0.999) for r in rows]
+            mx = [_quantile(r[f"quantiles_{acks}"], 1.0) for r in rows]
+            added = "—"
+            if "direct" in rounds and leg != "direct":
+                added = f"{statistics.median(p99) - statistics.median(r[f'ack_p99_{acks}'] for r in rounds['direct']):+.3f}"
+            print(f"| {leg} | {statistics.median(r[f'ack_p50_{acks}'] for r in rows):.3f} | "
+                  f"{statistics.median(p99):.3f} | {min(p99):.3f} | {max(p99):.3f} | "
+                  f"{statistics.median(p999):.3f} | {statistics.median(mx):.3f} | {added} |")
+    print()
+    print("Per round, ack p99 ms (acks=1 / acks=all):")
+    print()
+    print("| round | " + " | ".join(legs) + " |")
+    print("|---:|" + "---:|" * len(legs))
+    for i in range(args.rounds):
+        print(f"| {i + 1} | " + " | ".join(
+            f"{rounds[leg][i]['ack_p99_1']:.3f} / {rounds[leg][i]['ack_p99_all']:.3f}" for leg in legs) + " |")
+    if "kshim" in rounds and "direct" in rounds:
+        print()
+        print("Goals (informational):")
+        for acks in ACKS:
+            med = {leg: statistics.median(r[f"ack_p99_{acks}"] for r in rounds[leg]) for leg in legs}
+            checks = []
+            if "relay" in med:
+                checks.append((f"added p99 {med['kshim'] - med['direct']:+.3f} ms ≤ the relay's "
+                               f"{med['relay'] - med['direct']:+.3f} ms",
+                               med["kshim"] - med["direct"] <= med["relay"] - med["direct"]))
+            worst_direct = max(r[f"ack_p99_{acks}"] for r in rounds["direct"])
+            worst_kshim = max(r[f"ack_p99_{acks}"] for r in rounds["kshim"])
+            checks.append((f"worst kshim round {worst_kshim:.3f} ms ≤ worst direct round {worst_direct:.3f} ms "
+                           f"+ {STUDY_WORST_ROUND_MARGIN_MS:g} ms",
+                           worst_kshim <= worst_direct + STUDY_WORST_ROUND_MARGIN_MS))
+            for what, ok in checks:
+                print(f"- acks={acks}: {'PASS' if ok else 'MISS'}: {what}")
+    if args.plots:
+        plot_latency_study(args.plots, rounds, legs, rate)
+    print(f"Total run time {setup_s + time.monotonic() - started:.0f}s.")
+    return 0
+
+
+def format_pin(pin: dict[str, set[int]]) -> str:
+    if not pin:
+        return "none (the scheduler's)"
+    return ", ".join(f"{role} on CPU {','.join(map(str, sorted(cpus)))}" for role, cpus in pin.items())
+
+
+def _quantile(quantiles: list, q: float) -> float:
+    """The value at quantile q of LatencyProbe's [q, microseconds] list, in ms."""
+    return next(us for qq, us in quantiles if qq >= q - 1e-9) / 1000
+
+
+def plot_latency_study(out: Path, rounds: dict[str, list[dict]], legs: list[str], rate: int) -> None:
+    """ack-latency-cdf.png: per acks setting, each round's distribution as a thin line and the
+    median over rounds of each quantile as a thick one, per leg, on a log latency axis with the
+    tail (1 - q) stretched; and latency-study.json with the figures drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latency-study.json").write_text(json.dumps(rounds, indent=1))
+    colors = {"direct": "tab:gray", "kshim": "tab:blue", "kroxylicious": "tab:orange", "relay": "tab:green"}
+    fig, axes = plt.subplots(1, len(ACKS), figsize=(12, 5), sharey=True)
+    for ax, acks in zip(axes, ACKS):
+        for leg in legs:
+            runs = [r[f"quantiles_{acks}"] for r in rounds[leg]]
+            qs = [q for q, _ in runs[0]]
+            tail = [1 - q if q < 1 else 1e-4 for q in qs]
+            for qv in runs:
+                ax.plot([us / 1000 for _, us in qv], tail, color=colors.get(leg), alpha=0.2, linewidth=0.7)
+            med = [statistics.median(qv[i][1] for qv in runs) / 1000 for i in range(len(qs))]
+            ax.plot(med, tail, color=colors.get(leg), linewidth=2, label=leg)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.invert_yaxis()
+        ax.set_yticks([0.5, 0.1, 0.01, 0.001])
+        ax.set_yticklabels(["p50", "p90", "p99", "p99.9"])
+        ax.set_xlabel("ack latency, ms")
+        ax.set_title(f"acks={acks}, 1 KiB at {rate}/s")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "ack-latency-cdf.png", dpi=110)
+    plt.close(fig)
+    log(f"plots: {out / 'ack-latency-cdf.png'}")
 
 
 # --------------------------------------------------------------------------------------------
