@@ -165,7 +165,9 @@ pub fn release_free_memory_when_idle() {
     let now = Instant::now();
     let due = LAST
         .try_with(|last| {
-            let due = last.get().is_none_or(|t| now.duration_since(t) >= RELEASE_EVERY);
+            let due = last
+                .get()
+                .is_none_or(|t| now.duration_since(t) >= RELEASE_EVERY);
             if due {
                 last.set(Some(now));
             }
