@@ -21,7 +21,7 @@
 //! ([`release_free_memory_when_idle`]). docs/operations.md gives the soak's
 //! figures with both allocators.
 
-use std::alloc::{GlobalAlloc, Layout};
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -63,20 +63,42 @@ fn shard() -> &'static AtomicI64 {
 /// mimalloc.h; the Rust bindings do not name it).
 const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 
+/// Blocks of this size or more (request frames and fetch responses of a MiB
+/// or more) come from the C library's malloc, which maps each one for itself
+/// (the threshold is fixed at this size, see [`configure`]): the pages are
+/// resident only once written, go back to the system when the block is freed,
+/// and a growing block is moved by remapping (`mremap`), not by copying into
+/// a second block while the first is still resident. A partial 90 MiB frame
+/// read into a growing buffer peaked at twice its size through mimalloc.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const LARGE: usize = 1 << 20;
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+const LARGE: usize = usize::MAX;
+
 static CONFIGURED: AtomicBool = AtomicBool::new(false);
 
-/// Run before the first allocation: mimalloc commits the memory of an arena
-/// at once on Linux by default, and then purges the free pages of such an
-/// arena with `MADV_FREE`, which leaves them counted in the resident memory
-/// until the machine runs short (an idle instance showed 16 MiB instead of
-/// 3). Committed on demand, purged pages are handed back at once
-/// (`MADV_DONTNEED`).
+/// Run before the first allocation.
+///
+/// mimalloc commits the memory of an arena at once on Linux by default, and
+/// then purges the free pages of such an arena with `MADV_FREE`, which leaves
+/// them counted in the resident memory until the machine runs short (an idle
+/// instance showed 16 MiB instead of 3). Committed on demand, purged pages are
+/// handed back at once (`MADV_DONTNEED`).
+///
+/// glibc raises its mmap threshold after each large free, up to 32 MiB, after
+/// which large blocks would come from its arenas; fixed, every [`LARGE`] block
+/// is mapped for itself.
 #[inline]
 fn configure() {
     if !CONFIGURED.load(Ordering::Relaxed) {
         CONFIGURED.store(true, Ordering::Relaxed);
         // SAFETY: setting an option has no preconditions; it does not allocate.
         unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0) };
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: mallopt has no preconditions.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, LARGE as libc::c_int);
+        }
     }
 }
 
@@ -84,7 +106,8 @@ fn count(delta: i64) {
     shard().fetch_add(delta, Ordering::Relaxed);
 }
 
-/// mimalloc, counting the bytes it hands out and gets back.
+/// mimalloc for blocks under [`LARGE`], the C library's malloc for larger
+/// ones, counting the bytes handed out and given back.
 pub struct CountingAllocator;
 
 impl CountingAllocator {
@@ -95,12 +118,18 @@ impl CountingAllocator {
     }
 }
 
-// SAFETY: every call is passed on to mimalloc unchanged; the counting only
-// reads the layout sizes.
+// SAFETY: every block is allocated, resized and freed by one allocator,
+// chosen by its size, which the caller passes again with every call for the
+// block (`Layout`); a resize across LARGE moves the block from one to the
+// other (allocate, copy, free). The counting only reads the sizes.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         configure();
-        let p = Inner.alloc(layout);
+        let p = if layout.size() >= LARGE {
+            System.alloc(layout)
+        } else {
+            Inner.alloc(layout)
+        };
         if !p.is_null() {
             count(layout.size() as i64);
         }
@@ -109,7 +138,11 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         configure();
-        let p = Inner.alloc_zeroed(layout);
+        let p = if layout.size() >= LARGE {
+            System.alloc_zeroed(layout)
+        } else {
+            Inner.alloc_zeroed(layout)
+        };
         if !p.is_null() {
             count(layout.size() as i64);
         }
@@ -117,12 +150,38 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        Inner.dealloc(ptr, layout);
+        if layout.size() >= LARGE {
+            System.dealloc(ptr, layout);
+        } else {
+            Inner.dealloc(ptr, layout);
+        }
         count(-(layout.size() as i64));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = Inner.realloc(ptr, layout, new_size);
+        let p = match (layout.size() >= LARGE, new_size >= LARGE) {
+            (true, true) => System.realloc(ptr, layout, new_size),
+            (false, false) => Inner.realloc(ptr, layout, new_size),
+            _ => {
+                // SAFETY: the caller guarantees that new_size, rounded up to
+                // the alignment, does not overflow.
+                let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+                let q = if new_size >= LARGE {
+                    System.alloc(new_layout)
+                } else {
+                    Inner.alloc(new_layout)
+                };
+                if !q.is_null() {
+                    std::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size));
+                    if layout.size() >= LARGE {
+                        System.dealloc(ptr, layout);
+                    } else {
+                        Inner.dealloc(ptr, layout);
+                    }
+                }
+                q
+            }
+        };
         if !p.is_null() {
             count(new_size as i64 - layout.size() as i64);
         }
@@ -185,8 +244,12 @@ pub fn release_free_memory_when_idle() {
 mod tests {
     use super::*;
 
+    /// The tests below read the global counters: one at a time.
+    static COUNTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn counts_what_is_allocated_and_not_freed() {
+        let _one = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
         let a = CountingAllocator;
         let before: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
         let layout = Layout::from_size_align(4096, 8).unwrap();
@@ -199,6 +262,34 @@ mod tests {
             let mid: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
             assert_eq!(mid - before, 8192);
             a.dealloc(q, Layout::from_size_align(8192, 8).unwrap());
+        }
+        let after: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        assert_eq!(after, before);
+    }
+
+    #[test]
+    fn a_block_keeps_its_bytes_when_it_grows_past_large_and_shrinks_back() {
+        let _one = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
+        let a = CountingAllocator;
+        let before: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        let small = Layout::from_size_align(1000, 16).unwrap();
+        let big = LARGE.min(4 << 20) * 2;
+        // SAFETY: non-zero layouts; each block is freed with its current layout.
+        unsafe {
+            let p = a.alloc(small);
+            assert!(!p.is_null());
+            for i in 0..1000 {
+                *p.add(i) = (i % 251) as u8;
+            }
+            let q = a.realloc(p, small, big);
+            assert!(!q.is_null());
+            *q.add(big - 1) = 7;
+            let r = a.realloc(q, Layout::from_size_align(big, 16).unwrap(), 500);
+            assert!(!r.is_null());
+            assert!((0..500).all(|i| *r.add(i) == (i % 251) as u8));
+            let mid: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+            assert_eq!(mid - before, 500);
+            a.dealloc(r, Layout::from_size_align(500, 16).unwrap());
         }
         let after: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
         assert_eq!(after, before);
