@@ -18,8 +18,9 @@
 //! faults while its heap stayed at 1.4 MiB. mimalloc keeps the objects of one
 //! size class on pages of their own, so the buffers of a burst leave whole
 //! pages behind; each runtime thread hands those back when it goes idle
-//! ([`release_free_memory_when_idle`]). docs/operations.md gives the soak's
-//! figures with both allocators.
+//! ([`release_free_memory_when_idle`]). Blocks of a MiB or more still come
+//! from the C library's malloc (see [`LARGE`]). docs/operations.md gives the
+//! soak's figures with both allocators.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -330,7 +330,6 @@ def idle_sample(instances: list["Instance"], broker_ports: set[int]) -> dict[str
     how many depends on where the state partition's leader and the coordinators are), and the
     rest (`fds`)."""
     out = {}
-    sockets = tcp_sockets()
     for i in instances:
         pid = i.kshim.pid
         if not i.kshim.alive():
@@ -340,39 +339,18 @@ def idle_sample(instances: list["Instance"], broker_ports: set[int]) -> dict[str
             "heap_kib": metric_sum(text, "kshim_heap_allocated_bytes") / 1024 if status == 200 else 0.0,
             "open": metric_sum(text, "kshim_connections_open") if status == 200 else -1,
             "anon_kib": proc_status_kib(pid, "RssAnon"),
-            **descriptors(pid, sockets, broker_ports),
+            **descriptors(pid, broker_ports),
             "threads": proc_status_kib(pid, "Threads"),
             "anon_by_kind": anon_breakdown(pid),
         }
     return out
 
 
-def tcp_sockets() -> dict[str, int]:
-    """Socket inode -> remote port of every TCP socket of the machine."""
-    out = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            f = row.split()
-            out[f[9]] = int(f[2].rsplit(":", 1)[1], 16)
-    return out
-
-
-def descriptors(pid: int, sockets: dict[str, int], broker_ports: set[int]) -> dict[str, int]:
-    to_brokers = other = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:[") and sockets.get(target[8:-1]) in broker_ports:
-            to_brokers += 1
-        else:
-            other += 1
-    return {"fds": other, "to_brokers": to_brokers}
+def descriptors(pid: int, broker_ports: set[int]) -> dict[str, int]:
+    """The process's open descriptors: its connections to the brokers, and the rest."""
+    total = len(os.listdir(f"/proc/{pid}/fd"))
+    to_brokers = len(ke._socket_inodes(pid) & {inode for _, _, inode in ke.established_to(broker_ports)})
+    return {"fds": total - to_brokers, "to_brokers": to_brokers}
 
 
 def anon_breakdown(pid: int) -> dict[str, int]:
