@@ -1444,9 +1444,10 @@ def _socket_inodes(pid: int) -> set[str]:
     return out
 
 
-def established_to(ports: set[int]) -> list[tuple[int, int, str]]:
+def established_to(ports: set[int], state: str | None = "01") -> list[tuple[int, int, str]]:
     """Established loopback TCP sockets whose remote port is in `ports`:
-    [(local_port, remote_port, inode)], i.e. the client ends of connections to those ports."""
+    [(local_port, remote_port, inode)], i.e. the client ends of connections to those ports.
+    `state=None` takes them in any state (closing ones too)."""
     out = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -1455,7 +1456,7 @@ def established_to(ports: set[int]) -> list[tuple[int, int, str]]:
             continue
         for line in lines:
             cols = line.split()
-            if len(cols) > 9 and cols[3] == "01":
+            if len(cols) > 9 and (state is None or cols[3] == state):
                 rport = int(cols[2].rsplit(":", 1)[1], 16)
                 if rport in ports:
                     out.append((int(cols[1].rsplit(":", 1)[1], 16), rport, cols[9]))

@@ -347,9 +347,10 @@ def idle_sample(instances: list["Instance"], broker_ports: set[int]) -> dict[str
 
 
 def descriptors(pid: int, broker_ports: set[int]) -> dict[str, int]:
-    """The process's open descriptors: its connections to the brokers, and the rest."""
+    """The process's open descriptors: its connections to the brokers (closing ones too), and
+    the rest."""
     total = len(os.listdir(f"/proc/{pid}/fd"))
-    to_brokers = len(ke._socket_inodes(pid) & {inode for _, _, inode in ke.established_to(broker_ports)})
+    to_brokers = len(ke._socket_inodes(pid) & {inode for _, _, inode in ke.established_to(broker_ports, None)})
     return {"fds": total - to_brokers, "to_brokers": to_brokers}
 
 
