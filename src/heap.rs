@@ -119,6 +119,29 @@ impl CountingAllocator {
     }
 }
 
+/// # Safety
+/// As [`GlobalAlloc::alloc`].
+#[inline]
+unsafe fn alloc_by_size(layout: Layout) -> *mut u8 {
+    if layout.size() >= LARGE {
+        System.alloc(layout)
+    } else {
+        Inner.alloc(layout)
+    }
+}
+
+/// # Safety
+/// As [`GlobalAlloc::dealloc`]: `layout` is the one the block was allocated
+/// with, so the size picks the allocator that did.
+#[inline]
+unsafe fn dealloc_by_size(ptr: *mut u8, layout: Layout) {
+    if layout.size() >= LARGE {
+        System.dealloc(ptr, layout);
+    } else {
+        Inner.dealloc(ptr, layout);
+    }
+}
+
 // SAFETY: every block is allocated, resized and freed by one allocator,
 // chosen by its size, which the caller passes again with every call for the
 // block (`Layout`); a resize across LARGE moves the block from one to the
@@ -126,11 +149,7 @@ impl CountingAllocator {
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         configure();
-        let p = if layout.size() >= LARGE {
-            System.alloc(layout)
-        } else {
-            Inner.alloc(layout)
-        };
+        let p = alloc_by_size(layout);
         if !p.is_null() {
             count(layout.size() as i64);
         }
@@ -151,11 +170,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if layout.size() >= LARGE {
-            System.dealloc(ptr, layout);
-        } else {
-            Inner.dealloc(ptr, layout);
-        }
+        dealloc_by_size(ptr, layout);
         count(-(layout.size() as i64));
     }
 
@@ -167,18 +182,10 @@ unsafe impl GlobalAlloc for CountingAllocator {
                 // SAFETY: the caller guarantees that new_size, rounded up to
                 // the alignment, does not overflow.
                 let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
-                let q = if new_size >= LARGE {
-                    System.alloc(new_layout)
-                } else {
-                    Inner.alloc(new_layout)
-                };
+                let q = alloc_by_size(new_layout);
                 if !q.is_null() {
                     std::ptr::copy_nonoverlapping(ptr, q, layout.size().min(new_size));
-                    if layout.size() >= LARGE {
-                        System.dealloc(ptr, layout);
-                    } else {
-                        Inner.dealloc(ptr, layout);
-                    }
+                    dealloc_by_size(ptr, layout);
                 }
                 q
             }
@@ -248,11 +255,15 @@ mod tests {
     /// The tests below read the global counters: one at a time.
     static COUNTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    fn live() -> i64 {
+        LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+    }
+
     #[test]
     fn counts_what_is_allocated_and_not_freed() {
         let _one = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
         let a = CountingAllocator;
-        let before: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        let before = live();
         let layout = Layout::from_size_align(4096, 8).unwrap();
         // SAFETY: a non-zero layout, freed with the same layout.
         unsafe {
@@ -260,11 +271,11 @@ mod tests {
             assert!(!p.is_null());
             let q = a.realloc(p, layout, 8192);
             assert!(!q.is_null());
-            let mid: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+            let mid = live();
             assert_eq!(mid - before, 8192);
             a.dealloc(q, Layout::from_size_align(8192, 8).unwrap());
         }
-        let after: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        let after = live();
         assert_eq!(after, before);
     }
 
@@ -272,7 +283,7 @@ mod tests {
     fn a_block_keeps_its_bytes_when_it_grows_past_large_and_shrinks_back() {
         let _one = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
         let a = CountingAllocator;
-        let before: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        let before = live();
         let small = Layout::from_size_align(1000, 16).unwrap();
         let big = LARGE.min(4 << 20) * 2;
         // SAFETY: non-zero layouts; each block is freed with its current layout.
@@ -288,11 +299,11 @@ mod tests {
             let r = a.realloc(q, Layout::from_size_align(big, 16).unwrap(), 500);
             assert!(!r.is_null());
             assert!((0..500).all(|i| *r.add(i) == (i % 251) as u8));
-            let mid: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+            let mid = live();
             assert_eq!(mid - before, 500);
             a.dealloc(r, Layout::from_size_align(500, 16).unwrap());
         }
-        let after: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        let after = live();
         assert_eq!(after, before);
     }
 
