@@ -15,6 +15,15 @@
 #   bash scripts/bench-proxy.sh --study latency --legs direct,kshim,relay --rounds 10 \
 #        --latency-seconds 10 --pin broker=0,proxy=1,client=1 --plots /tmp/lat
 #                                                # ack latency only: the tail, round by round, and a CDF plot
+#   bash scripts/bench-proxy.sh --tls --legs direct,kshim,relay
+#                                                # the same legs with TLS on both sides, and handshakes per second
+#   bash scripts/bench-proxy.sh --study metadata --plots docs/img
+#                                                # 3 brokers, 100 to 10,000 partitions: Metadata latency through kshim
+#                                                # against direct, kshim's CPU and allocations per request
+#   bash scripts/bench-proxy.sh --study connections --plots docs/img
+#                                                # idle connections (plaintext and TLS): memory per connection;
+#                                                # a storm of new TLS connections beside connected clients
+#   (--study metadata and --study connections are run by tests/tools/scale_bench.py; --help there)
 #
 # Other knobs: BENCH_RECORDS_1K, BENCH_RECORDS_64K (records per produce run),
 # BENCH_LATENCY_SECS, BENCH_LATENCY_RATE_1K, BENCH_LATENCY_RATE_64K (latency runs),
@@ -44,10 +53,19 @@ step() { printf '==> %s\n' "$*" >&2; }
 
 build=1
 legs="direct,kshim,kroxylicious,relay"
+driver="proxy_bench.py"
+examples=()
 driver_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) exec "$PY" "$ROOT/tests/tools/proxy_bench.py" --help ;;
+    --tls) examples+=(tls_bench); driver_args+=("$1") ;;
+    --study) [ $# -ge 2 ] || die "--study needs a value: latency, metadata or connections"
+             case "$2" in
+               metadata) driver="scale_bench.py"; examples+=(metadata_bench) ;;
+               connections) driver="scale_bench.py"; examples+=(tls_bench); legs="kshim,relay" ;;
+             esac
+             driver_args+=("$1" "$2"); shift ;;
     --no-build) build=0 ;;
     --direct-only) legs="direct"; driver_args+=("$1") ;;
     --legs) [ $# -ge 2 ] || die "--legs needs a value, e.g. --legs direct,kshim,relay"
@@ -77,8 +95,8 @@ fi
 if has_leg kshim; then
   if [ "$build" -eq 1 ]; then
     command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (pass --no-build to use $KSHIM_BIN as it is)"
-    step "cargo build --release --bin kshim"
-    timeout "$BUILD_TIMEOUT_S" cargo build --release --quiet --bin kshim \
+    step "cargo build --release --bin kshim ${examples[*]/#/--example }"
+    timeout "$BUILD_TIMEOUT_S" cargo build --release --quiet --bin kshim ${examples[@]/#/--example } \
       || die "cargo build --release failed or took longer than ${BUILD_TIMEOUT_S}s"
   fi
   [ -x "$KSHIM_BIN" ] || die "$KSHIM_BIN is missing or not executable (build it with cargo build --release, or set KSHIM_BIN)"
@@ -90,4 +108,4 @@ fi
 
 # ---------------------------------------------------------------------------- run
 # exec: the driver gets Ctrl-C and SIGTERM itself and stops everything it started by PID.
-exec "$PY" "$ROOT/tests/tools/proxy_bench.py" --kshim-bin "$KSHIM_BIN" ${driver_args[@]+"${driver_args[@]}"}
+exec "$PY" "$ROOT/tests/tools/$driver" --kshim-bin "$KSHIM_BIN" ${driver_args[@]+"${driver_args[@]}"}

@@ -24,7 +24,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc as Inner;
@@ -33,10 +33,20 @@ use mimalloc::MiMalloc as Inner;
 /// adds to its thread's shard without contending with the other threads.
 const SHARDS: usize = 16;
 
+/// A thread group's bytes held and its number of allocations (alloc and
+/// realloc calls) since start; the two share a cache line.
 #[repr(align(64))]
-struct Shard(AtomicI64);
+struct Shard {
+    live: AtomicI64,
+    allocations: AtomicU64,
+}
 
-static LIVE: [Shard; SHARDS] = [const { Shard(AtomicI64::new(0)) }; SHARDS];
+static LIVE: [Shard; SHARDS] = [const {
+    Shard {
+        live: AtomicI64::new(0),
+        allocations: AtomicU64::new(0),
+    }
+}; SHARDS];
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
@@ -46,7 +56,7 @@ thread_local! {
     static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
-fn shard() -> &'static AtomicI64 {
+fn shard() -> &'static Shard {
     let index = SHARD
         .try_with(|s| {
             let mut i = s.get();
@@ -57,7 +67,7 @@ fn shard() -> &'static AtomicI64 {
             i
         })
         .unwrap_or(0);
-    &LIVE[index].0
+    &LIVE[index]
 }
 
 /// mimalloc's `mi_option_arena_eager_commit` (its position in `mi_option_e`,
@@ -103,8 +113,16 @@ fn configure() {
     }
 }
 
-fn count(delta: i64) {
-    shard().fetch_add(delta, Ordering::Relaxed);
+/// Counts an allocation (alloc or realloc) that changed the bytes held by `delta`.
+fn count_allocation(delta: i64) {
+    let shard = shard();
+    shard.live.fetch_add(delta, Ordering::Relaxed);
+    shard.allocations.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a free.
+fn count_free(size: usize) {
+    shard().live.fetch_sub(size as i64, Ordering::Relaxed);
 }
 
 /// mimalloc for blocks under [`LARGE`], the C library's malloc for larger
@@ -151,7 +169,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
         configure();
         let p = alloc_by_size(layout);
         if !p.is_null() {
-            count(layout.size() as i64);
+            count_allocation(layout.size() as i64);
         }
         p
     }
@@ -164,14 +182,14 @@ unsafe impl GlobalAlloc for CountingAllocator {
             Inner.alloc_zeroed(layout)
         };
         if !p.is_null() {
-            count(layout.size() as i64);
+            count_allocation(layout.size() as i64);
         }
         p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         dealloc_by_size(ptr, layout);
-        count(-(layout.size() as i64));
+        count_free(layout.size());
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -191,7 +209,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
             }
         };
         if !p.is_null() {
-            count(new_size as i64 - layout.size() as i64);
+            count_allocation(new_size as i64 - layout.size() as i64);
         }
         p
     }
@@ -203,8 +221,23 @@ pub fn allocated_bytes() -> Option<u64> {
     if !INSTALLED.load(Ordering::Relaxed) {
         return None;
     }
-    let live: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+    let live: i64 = LIVE.iter().map(|s| s.live.load(Ordering::Relaxed)).sum();
     Some(u64::try_from(live).unwrap_or(0))
+}
+
+/// Allocations (alloc and realloc calls) since start, or `None` when the
+/// counting allocator is not the global allocator. What a request costs in
+/// allocations is the difference over many requests (the Metadata benchmark
+/// reads it from `/metrics`).
+pub fn allocations() -> Option<u64> {
+    if !INSTALLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    Some(
+        LIVE.iter()
+            .map(|s| s.allocations.load(Ordering::Relaxed))
+            .sum(),
+    )
 }
 
 /// The process's resident memory, from `/proc/self/statm`; `None` where that
@@ -256,7 +289,13 @@ mod tests {
     static COUNTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     fn live() -> i64 {
-        LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+        LIVE.iter().map(|s| s.live.load(Ordering::Relaxed)).sum()
+    }
+
+    fn calls() -> u64 {
+        LIVE.iter()
+            .map(|s| s.allocations.load(Ordering::Relaxed))
+            .sum()
     }
 
     #[test]
@@ -264,6 +303,7 @@ mod tests {
         let _one = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
         let a = CountingAllocator;
         let before = live();
+        let calls_before = calls();
         let layout = Layout::from_size_align(4096, 8).unwrap();
         // SAFETY: a non-zero layout, freed with the same layout.
         unsafe {
@@ -277,6 +317,8 @@ mod tests {
         }
         let after = live();
         assert_eq!(after, before);
+        // The alloc and the realloc; a free is not an allocation.
+        assert_eq!(calls() - calls_before, 2);
     }
 
     #[test]

@@ -121,20 +121,28 @@ impl Metrics {
             "reason",
             Closure::ALL.map(|w| (w.label(), load(&self.connections_closed[w as usize]))),
         );
-        for (name, help, value) in [
+        for (name, kind, help, value) in [
             (
                 "kshim_heap_allocated_bytes",
+                "gauge",
                 "Bytes kshim has allocated and not yet freed (the heap it holds).",
                 crate::heap::allocated_bytes(),
             ),
             (
+                "kshim_heap_allocations_total",
+                "counter",
+                "Allocations (calls to the allocator that allocate or resize a block) since start.",
+                crate::heap::allocations(),
+            ),
+            (
                 "kshim_resident_memory_bytes",
+                "gauge",
                 "The process's resident memory: the heap, what the allocator keeps for reuse, code and stacks.",
                 crate::heap::resident_bytes(),
             ),
         ] {
             if let Some(value) = value {
-                header(o, name, "gauge", help);
+                header(o, name, kind, help);
                 let _ = writeln!(o, "{name} {value}");
             }
         }

@@ -51,10 +51,16 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *     --records 4000 --warmup 1000 --record-size 1024 --rate 1000 --acks 1,all
  * </pre>
  *
+ * <p>{@code --config FILE}: client properties (e.g. security.protocol=SSL and a truststore)
+ * given to the producer and the consumer.
+ *
  * Prints one JSON line; exits 1 with a message on stderr on any failure.
  */
 public class LatencyProbe {
     private static final long RECORD_TIMEOUT_NS = TimeUnit.SECONDS.toNanos(30);
+
+    /** Client properties from {@code --config FILE} (security settings), given to every client. */
+    private static final Properties CONFIG = new Properties();
 
     public static void main(String[] args) {
         try {
@@ -84,6 +90,12 @@ public class LatencyProbe {
     }
 
     static String run(String[] args) throws Exception {
+        String config = arg(args, "--config", null);
+        if (config != null) {
+            try (java.io.Reader r = java.nio.file.Files.newBufferedReader(java.nio.file.Path.of(config))) {
+                CONFIG.load(r);
+            }
+        }
         String bootstrap = arg(args, "--bootstrap");
         String topic = arg(args, "--topic");
         int records = Integer.parseInt(arg(args, "--records"));
@@ -99,6 +111,7 @@ public class LatencyProbe {
         }
 
         Properties pp = new Properties();
+        pp.putAll(CONFIG);
         pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         pp.put(ProducerConfig.ACKS_CONFIG, "all");
         pp.put(ProducerConfig.LINGER_MS_CONFIG, "0");
@@ -107,6 +120,7 @@ public class LatencyProbe {
         pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
 
         Properties cp = new Properties();
+        cp.putAll(CONFIG);
         cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         cp.put(ConsumerConfig.CLIENT_ID_CONFIG, "kshim-latency-probe");
         cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
@@ -188,6 +202,7 @@ public class LatencyProbe {
                 records, size, rate));
         for (String acks : acksList) {
             Properties pp = new Properties();
+            pp.putAll(CONFIG);
             pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             pp.put(ProducerConfig.ACKS_CONFIG, acks);
             pp.put(ProducerConfig.LINGER_MS_CONFIG, "0");

@@ -22,6 +22,14 @@ the whole run, one process per forwarding leg:
                 127.0.0.1:R, where R is the relay's own port (socat R -> B2). Clients that
                 bootstrap at R are told that the broker is at R and stay on the relay.
 
+With --tls, every client speaks TLS (RSA 2048 leaves from one CA, made with openssl and keytool):
+direct is the broker's SSL listener; kshim speaks TLS to the clients and to that SSL listener; the
+relay carries the clients' TLS, unread, to an SSL RELAY listener of its own; the broker replicates,
+and topics are made, over a plaintext INTERNAL listener. The Kroxylicious leg has no TLS
+configuration here and is refused. After the rounds, examples/tls_bench measures full handshakes
+per second (new connection, handshake without resumption, one ApiVersions, close) against each
+leg, with the server's CPU per handshake.
+
 Before measuring, each forwarding leg is checked: Metadata through it must name only its own
 ports, never the broker's, so that no leg can bypass its forwarder.
 
@@ -88,6 +96,7 @@ import resource
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import struct
 import subprocess
@@ -96,6 +105,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +129,9 @@ GIB = 1 << 30
 TOOL_TIMEOUT_S = 180.0
 CLIENT_HEAP = "-Xmx512m"
 BROKER_HEAP = "512m"
+# The admin API of a kshim started with admin=True (for /metrics); its token goes by environment.
+ADMIN_TOKEN_ENV = "KSHIM_BENCH_ADMIN_TOKEN"
+ADMIN_TOKEN = "bench-" + os.urandom(8).hex()
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 KROXYLICIOUS_VERSION = "0.18.0"
@@ -230,7 +243,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="CPU affinity of the broker, the forwarders and the client JVMs, e.g. "
         "'broker=0,proxy=1,client=1' (CPU lists as taskset takes them; default: none)",
     )
-    p.add_argument("--plots", type=Path, help="directory for PNG plots and their data (--study latency)")
+    p.add_argument("--plots", type=Path, help="directory for PNG plots and their data")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS on both sides: clients speak TLS to every leg; direct is the broker's SSL listener, kshim "
+        "speaks TLS to the clients and to that listener, the relay carries the clients' TLS to an SSL "
+        "listener of its own; adds full handshakes per second (examples/tls_bench)",
+    )
+    p.add_argument("--tls-bench-bin", type=Path,
+                   default=REPO_ROOT / "target" / "release" / "examples" / "tls_bench")
+    p.add_argument("--handshake-concurrency", default=os.environ.get("BENCH_HS_CONCURRENCY", "1,16"),
+                   help="concurrent connecting clients of the handshake runs (--tls)")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -255,6 +279,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.pin = parse_pin(args.pin)
     except ValueError as e:
         p.error(f"--pin: {e}")
+    try:
+        args.handshake_concurrency = [int(c) for c in args.handshake_concurrency.split(",") if c.strip()]
+    except ValueError:
+        p.error("--handshake-concurrency takes comma-separated integers")
     return args
 
 
@@ -510,17 +538,20 @@ def metadata_version(bootstrap: str, version_range: tuple[int, int] | None) -> i
     return version
 
 
-def metadata_brokers(bootstrap: str, version_range: tuple[int, int] | None) -> list[tuple[str, int]]:
+def metadata_brokers(bootstrap: str, version_range: tuple[int, int] | None,
+                     tls: ssl.SSLContext | None = None) -> list[tuple[str, int]]:
     """(host, port) of every broker in a Metadata answer for no topics."""
+    return [(host, port) for _, host, port in metadata_nodes(bootstrap, version_range, tls)]
+
+
+def metadata_nodes(bootstrap: str, version_range: tuple[int, int] | None,
+                   tls: ssl.SSLContext | None = None) -> list[tuple[int, str, int]]:
+    """(node id, host, port) of every broker in a Metadata answer for no topics (over TLS with
+    `tls`)."""
     version = metadata_version(bootstrap, version_range)
     flexible = version >= 9
-    host, port = ke.split_hostport(bootstrap)
     try:
-        with socket.create_connection((host, port), timeout=5.0) as sock:
-            sock.settimeout(5.0)
-            sock.sendall(metadata_frame(version, 7))
-            (size,) = struct.unpack(">i", ke._recv_exact(sock, 4))
-            resp = ke._recv_exact(sock, size)
+        resp = ke.exchange(bootstrap, metadata_frame(version, 7)[4:], 5.0, tls)
     except (OSError, ke.EnvError) as e:
         raise ke.EnvError(f"Metadata v{version} to {bootstrap}: {e}")
     (correlation,) = struct.unpack_from(">i", resp, 0)
@@ -538,32 +569,33 @@ def metadata_brokers(bootstrap: str, version_range: tuple[int, int] | None) -> l
         pos += 4
     brokers = []
     for _ in range(max(count, 0)):
-        pos += 4  # node_id
+        (node_id,) = struct.unpack_from(">i", resp, pos)
+        pos += 4
         host_name, pos = _read_str(resp, pos, flexible)
         (broker_port,) = struct.unpack_from(">i", resp, pos)
         pos += 4
         _, pos = _read_str(resp, pos, flexible)  # rack
         if flexible:
             pos = ke._skip_tags(resp, pos)
-        brokers.append((host_name or "", broker_port))
+        brokers.append((node_id, host_name or "", broker_port))
     return brokers
 
 
 def wait_routed(leg: str, bootstrap: str, alive, log_path: Path, bypass_ports: set[int],
-                timeout: float) -> list[tuple[str, int]]:
+                timeout: float, tls: ssl.SSLContext | None = None) -> list[tuple[str, int]]:
     """Waits until `bootstrap` answers ApiVersions and a Metadata that names only addresses other
-    than `bypass_ports` (the broker's own); returns the brokers it names."""
+    than `bypass_ports` (the broker's own), over TLS with `tls`; returns the brokers it names."""
     deadline = time.monotonic() + timeout
     last = "no attempt"
     while time.monotonic() < deadline:
         if not alive():
             raise BenchError(f"{leg} exited during startup\n--- {log_path}:\n{ke.tail(log_path)}")
         try:
-            info = ke.api_versions(bootstrap, timeout=2.0)
+            info = ke.api_versions(bootstrap, timeout=2.0, tls=tls)
             if info.error_code != 0:
                 last = f"ApiVersions error {info.error_code}"
             else:
-                brokers = metadata_brokers(bootstrap, info.api_keys.get(3))
+                brokers = metadata_brokers(bootstrap, info.api_keys.get(3), tls)
                 bypass = [b for b in brokers if b[1] in bypass_ports]
                 if not brokers:
                     last = f"Metadata through {leg} lists no brokers yet"
@@ -576,13 +608,100 @@ def wait_routed(leg: str, bootstrap: str, alive, log_path: Path, bypass_ports: s
                     )
                 else:
                     return brokers
-        except (OSError, ke.EnvError, struct.error, IndexError, ValueError) as e:
+        except (OSError, ssl.SSLError, ke.EnvError, struct.error, IndexError, ValueError) as e:
             last = repr(e)
         time.sleep(0.2)
     raise BenchError(
         f"{leg} on {bootstrap} did not answer ApiVersions and Metadata within {timeout:.0f}s "
         f"({last})\n--- {log_path}:\n{ke.tail(log_path)}"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# TLS (--tls)
+
+
+@dataclass
+class TlsMaterial:
+    """One CA; RSA 2048 leaves for the broker and for kshim (localhost, 127.0.0.1); how each
+    party is configured with them."""
+
+    certs: object  # tls_support.Certs
+    broker_store: Path
+    kshim_store: Path
+    client_config: Path  # the Java clients' security properties
+    context: ssl.SSLContext  # the driver's own probes
+
+    def broker_properties(self) -> dict[str, str]:
+        from tls_support import STORE_PASSWORD
+
+        return {
+            "ssl.keystore.location": str(self.broker_store),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.password": STORE_PASSWORD,
+            "ssl.key.password": STORE_PASSWORD,
+            "ssl.client.auth": "none",
+        }
+
+    def kshim_toml(self) -> str:
+        """TLS to the clients and to the broker's SSL listener."""
+        from tls_support import STORE_PASSWORD
+
+        q = json.dumps
+        return (f"\n[tls]\nkeystore = {q(str(self.kshim_store))}\nkeystore_password = {q(STORE_PASSWORD)}\n"
+                f"\n[upstream.tls]\ntruststore = {q(str(self.certs.truststore))}\n"
+                f"truststore_password = {q(STORE_PASSWORD)}\n")
+
+
+def make_tls_material(d: Path) -> TlsMaterial:
+    from tls_support import STORE_PASSWORD, export_pkcs12, issue, make_certs
+
+    certs = make_certs(d)
+    issue(d, "broker", "localhost", certs.ca, certs.ca_key, "server_ext")
+    for name in ("server", "broker"):
+        export_pkcs12(d, name, certs.ca)
+    client_config = d / "client-ssl.properties"
+    client_config.write_text(
+        "security.protocol=SSL\n"
+        f"ssl.truststore.location={certs.truststore}\n"
+        "ssl.truststore.type=PKCS12\n"
+        f"ssl.truststore.password={STORE_PASSWORD}\n"
+    )
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(certs.ca))
+    return TlsMaterial(certs, d / "broker.p12", d / "server.p12", client_config, context)
+
+
+def handshakes(args, tls: TlsMaterial, broker, proxies: dict, log_dir: Path, deadline: float) -> str:
+    """examples/tls_bench handshakes against the broker's SSL listener and every forwarder's
+    per-broker address: new connections with a full handshake and one ApiVersions each; its
+    tables (handshakes/s, p50/p99, the server's CPU per handshake)."""
+    targets = [f"--target=direct={broker.bootstrap}", f"--pid=direct={broker.pid}"]
+    for leg, p in proxies.items():
+        host, port = p.advertised[0]
+        targets += [f"--target={leg}={host}:{port}", f"--pid={leg}={p.pid}"]
+    levels = args.handshake_concurrency
+    expected = len(levels) * 3 * (len(proxies) + 1) * 4 + 15 * (len(proxies) + 1)
+    timeout = min(expected * 1.5 + 60, deadline - time.monotonic())
+    if timeout < expected:
+        raise BenchError("out of time before the handshake runs: the run is capped at --max-seconds")
+    out_path, err_path = log_dir / "handshakes.out", log_dir / "handshakes.err"
+    cmd = [str(args.tls_bench_bin), "handshakes", f"--ca={tls.certs.ca}", *targets,
+           f"--concurrency={','.join(map(str, levels))}", "--rounds=3", "--duration-secs=4",
+           "--warmup-secs=15", "--baseline=direct"]
+    log(f"handshakes: {' '.join(cmd[1:])}")
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)
+    ke._register(proc)
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"tls_bench handshakes did not finish within {timeout:.0f}s\n--- {err_path}:\n{ke.tail(err_path)}")
+    finally:
+        ke.stop_process(proc, timeout=10)
+    if rc != 0:
+        raise BenchError(f"tls_bench handshakes exited with status {rc}\n--- {err_path}:\n{ke.tail(err_path, 30)}")
+    return out_path.read_text()
 
 
 # --------------------------------------------------------------------------------------------
@@ -597,6 +716,8 @@ class Forwarder:
     log_path: Path
     upstream_port: int  # the broker port it connects to
     advertised: list[tuple[str, int]] = []
+    # With --tls: how a client reaches it (the CA the certificates chain to).
+    tls: ssl.SSLContext | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -633,7 +754,11 @@ class KshimProxy(Forwarder):
 
     leg = "kshim"
 
-    def __init__(self, binary: Path, workdir: Path, upstream: str, max_connections: int):
+    def __init__(self, binary: Path, workdir: Path, upstream: str, max_connections: int, *,
+                 admin: bool = False, extra_toml: str = "", upstream_settings: dict[str, int] | None = None):
+        """`admin`: an admin API on a port of its own, for /metrics (`metrics()`); `extra_toml`:
+        more tables ([tls], [upstream.tls]) appended to the config; `upstream_settings`: more
+        keys of [upstream] (refresh_interval_ms, connect_timeout_ms)."""
         workdir.mkdir(parents=True, exist_ok=True)
         # A private copy: the binary in target/release may be rebuilt while the run goes on.
         self.binary = workdir / "kshim"
@@ -653,9 +778,30 @@ class KshimProxy(Forwarder):
             f"max_connections_per_ip = {max_connections}\n"
             "\n[upstream]\n"
             f'bootstrap = "{upstream}"\n'
-            "\n[upstream.listeners]\n"
+            + "".join(f"{k} = {v}\n" for k, v in (upstream_settings or {}).items())
+            +             "\n[upstream.listeners]\n"
             "port_base = 0\n"
+            + extra_toml
         )
+        self.admin_port = None
+        if admin:
+            self.admin_port = ke.free_port()
+            with self.config_path.open("a") as f:
+                f.write(f'\n[admin]\nlisten = "127.0.0.1:{self.admin_port}"\n'
+                        f'token = "${{env:{ADMIN_TOKEN_ENV}}}"\n')
+
+    def metrics(self) -> dict[str, float]:
+        """The series of the admin API's /metrics without labels, by name."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}/metrics",
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if line and not line.startswith("#") and "{" not in name:
+                out[name] = float(value)
+        return out
 
     @property
     def bootstrap(self) -> str:
@@ -666,9 +812,10 @@ class KshimProxy(Forwarder):
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
         env.setdefault("NO_COLOR", "1")  # the log is a file, read back into error messages
+        env[ADMIN_TOKEN_ENV] = ADMIN_TOKEN
         self.proc = ke._spawn(cmd, cwd=self.workdir, log_path=self.log_path, env=env)
         self.advertised = wait_routed(self.leg, self.bootstrap, self.alive, self.log_path,
-                                      {self.upstream_port}, ke.KSHIM_START_TIMEOUT_S)
+                                      {self.upstream_port}, ke.KSHIM_START_TIMEOUT_S, self.tls)
 
 
 class KroxyliciousProxy(Forwarder):
@@ -774,7 +921,8 @@ class SocatRelay(Forwarder):
             f"TCP4:127.0.0.1:{self.upstream_port},nodelay",
         ]
         self.proc = ke._spawn(cmd, cwd=self.workdir, log_path=self.log_path)
-        self.advertised = wait_routed(self.leg, self.bootstrap, self.alive, self.log_path, bypass_ports, 20.0)
+        self.advertised = wait_routed(self.leg, self.bootstrap, self.alive, self.log_path, bypass_ports, 20.0,
+                                      self.tls)
         if any(port != self.port for _, port in self.advertised):
             raise BenchError(f"through the relay the broker advertises {self.advertised}, not port {self.port}")
         self._sampler.start()
@@ -908,6 +1056,11 @@ class Endpoint:
     leg: str
     bootstrap: str
     proxy: Forwarder | None  # None for the direct leg
+    # With --tls: the clients' security properties (a Java properties file).
+    client_config: Path | None = None
+
+    def config_args(self, option: str) -> list[str]:
+        return [option, str(self.client_config)] if self.client_config else []
 
     def cpu(self) -> float | None:
         return self.proxy.cpu() if self.proxy else None
@@ -935,6 +1088,7 @@ def produce(tools: ToolRunner, ep: Endpoint, topic: str, size: int, records: int
             # The idempotent producer (the default) insists on acks=all.
             f"enable.idempotence={'true' if acks == 'all' else 'false'}",
             f"client.id=bench-produce-{ep.leg}",
+            *ep.config_args("--producer.config"),
         ],
     )
     cpu1 = ep.cpu()
@@ -959,6 +1113,7 @@ def consume(tools: ToolRunner, ep: Endpoint, topic: str, size: int, messages: in
             "--messages", str(messages),
             "--group", group,
             "--timeout", "30000",
+            *ep.config_args("--consumer.config"),
         ],
     )
     cpu1 = ep.cpu()
@@ -989,6 +1144,7 @@ def latency(tools: ToolRunner, probe_classes: Path, ep: Endpoint, topic: str, si
             "--record-size", str(size),
             "--rate", str(rate),
             "--acks", "1,all",
+            *ep.config_args("--config"),
         ],
         extra_classpath=[probe_classes],
     )
@@ -1011,11 +1167,14 @@ def _recv_frame(sock: socket.socket) -> bytes:
     return ke._recv_exact(sock, size)
 
 
-def idle_memory(proxy: Forwarder, n: int, deadline: float) -> dict:
+def idle_memory(proxy: Forwarder, n: int, deadline: float, metadata: bool = True,
+                sample=None) -> dict:
     """Opens `n` connections to the forwarder's first per-broker address, each with one
-    ApiVersions and one Metadata answered, leaves them idle, and measures the memory growth."""
+    ApiVersions and one Metadata answered (without `metadata`: ApiVersions alone), leaves them
+    idle, and measures the memory growth. `sample()`, called before the connections open and
+    again while they are all open, returns figures whose growth per connection is added."""
     host, port = proxy.advertised[0]
-    info = ke.api_versions(f"{host}:{port}", timeout=5.0)
+    info = ke.api_versions(f"{host}:{port}", timeout=5.0, tls=proxy.tls)
     version = metadata_version(f"{host}:{port}", info.api_keys.get(3))
     # Connections of the last client runs may still be closing: start from a steady count.
     links0, steady_since = upstream_links(proxy.pids(), proxy.upstream_port), time.monotonic()
@@ -1026,6 +1185,7 @@ def idle_memory(proxy: Forwarder, n: int, deadline: float) -> dict:
         if now != links0:
             links0, steady_since = now, time.monotonic()
     mem0 = proxy.memory_kib()
+    extra0 = sample() if sample else {}
     socks: list[socket.socket] = []
     t0 = time.monotonic()
     try:
@@ -1038,25 +1198,32 @@ def idle_memory(proxy: Forwarder, n: int, deadline: float) -> dict:
                     s = socket.create_connection((host, port), timeout=30)
                 except OSError as e:
                     raise BenchError(f"idle connection {i + 1} of {n} to {proxy.leg} at {host}:{port}: {e}")
-                socks.append(s)
                 s.settimeout(30)
                 # Closed with a reset: no TIME_WAIT left behind to crowd the ephemeral ports.
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                s.sendall(api_versions_frame(1) + metadata_frame(version, 2))
+                if proxy.tls:
+                    try:
+                        s = proxy.tls.wrap_socket(s, server_hostname=host)
+                    except (OSError, ssl.SSLError) as e:
+                        s.close()
+                        raise BenchError(f"idle connection {i + 1} of {n} to {proxy.leg}: TLS handshake: {e}")
+                socks.append(s)
+                s.sendall(api_versions_frame(1) + (metadata_frame(version, 2) if metadata else b""))
                 batch.append(s)
             for i, s in enumerate(batch, start):
                 try:
-                    corr = [struct.unpack_from(">i", _recv_frame(s))[0] for _ in range(2)]
+                    corr = [struct.unpack_from(">i", _recv_frame(s))[0] for _ in range(2 if metadata else 1)]
                 except (OSError, ke.EnvError) as e:
                     raise BenchError(f"idle connection {i + 1} of {n} to {proxy.leg}: no answer ({e})\n"
                                      f"--- {proxy.log_path}:\n{ke.tail(proxy.log_path)}")
-                if corr != [1, 2]:
+                if corr != [1, 2][: len(corr)]:
                     raise BenchError(f"idle connection {i + 1} to {proxy.leg}: answers with correlation ids {corr}")
         opened_s = time.monotonic() - t0
         time.sleep(IDLE_SETTLE_S)
         if not proxy.alive():
             raise BenchError(f"{proxy.leg} exited holding {n} idle connections\n--- {proxy.log_path}:\n{ke.tail(proxy.log_path)}")
         mem1 = proxy.memory_kib()
+        extra1 = sample() if sample else {}
         links1 = upstream_links(proxy.pids(), proxy.upstream_port)
         procs = len(proxy.pids())
     finally:
@@ -1065,6 +1232,7 @@ def idle_memory(proxy: Forwarder, n: int, deadline: float) -> dict:
     # Let the forwarder drop the upstream side before the next one is measured.
     ke.wait_until(lambda: upstream_links(proxy.pids(), proxy.upstream_port) <= links0, timeout=60, interval=0.5)
     return {
+        **{f"{k}_per_conn": (extra1[k] - extra0[k]) / n for k in extra0},
         "conns": n,
         "growth_kib": mem1 - mem0,
         "per_conn_kib": (mem1 - mem0) / n,
@@ -1152,6 +1320,15 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
             log(f"leaving out the kroxylicious leg: {e}")
     if "relay" in legs and shutil.which("socat") is None:
         raise BenchError(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
+    tls = None
+    if args.tls:
+        if "kroxylicious" in legs:
+            raise BenchError("--tls: the Kroxylicious leg has no TLS configuration here; leave it out with --legs")
+        if not args.tls_bench_bin.is_file():
+            raise BenchError(f"{args.tls_bench_bin} is missing (it measures the handshakes of --tls): "
+                             "cargo build --release --example tls_bench (scripts/bench-proxy.sh does)")
+        log("making certificates (openssl, keytool): a CA and RSA 2048 leaves for the broker and kshim")
+        tls = make_tls_material(workdir / "certs")
     proxies_run = [leg for leg in legs if leg != "direct"]
     idle_n = 0
     if proxies_run and args.idle_connections != 0 and args.study == "all":
@@ -1175,17 +1352,30 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     log("compiling tests/tools/LatencyProbe.java")
     probe_classes = ke.compile_java(LATENCY_PROBE_SRC)
 
-    log("starting Apache Kafka 4.1.1 (KRaft, broker+controller)")
-    overrides = {}
-    if "relay" in legs:
-        # extra0: the broker's RELAY listener; extra1: the relay's own port, which RELAY advertises.
+    log(f"starting Apache Kafka 4.1.1 (KRaft, broker+controller{'; SSL client listeners' if tls else ''})")
+    overrides, extra_properties = {}, {}
+    if tls:
+        # Clients (and kshim, and the relay's clients) speak TLS to the broker; it replicates
+        # and is probed and administered over a plaintext INTERNAL listener.
         overrides = {
-            "listeners": "PLAINTEXT://127.0.0.1:{port},RELAY://127.0.0.1:{extra0},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port},RELAY://127.0.0.1:{extra1}",
+            "listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port}",
+            "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAY:SSL",
+        }
+        extra_properties = tls.broker_properties()
+    elif "relay" in legs:
+        overrides = {
+            "listeners": "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT,CONTROLLER:PLAINTEXT",
         }
-    cluster = ke.KafkaCluster(1, workdir=workdir / "kafka", heap=BROKER_HEAP,
-                              listener_overrides=overrides, extra_ports=2 if overrides else 0)
+    if "relay" in legs:
+        # extra0: the broker's RELAY listener; extra1: the relay's own port, which RELAY advertises.
+        overrides["listeners"] += ",RELAY://127.0.0.1:{extra0}"
+        overrides["advertised.listeners"] += ",RELAY://127.0.0.1:{extra1}"
+    cluster = ke.KafkaCluster(1, workdir=workdir / "kafka", heap=BROKER_HEAP, separate_inter_broker=bool(tls),
+                              listener_overrides=overrides, extra_ports=2 if "relay" in legs else 0,
+                              extra_properties=extra_properties)
     resources.append(cluster.stop)
     try:
         cluster.start()
@@ -1194,16 +1384,21 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     broker = cluster.nodes[0]
     pin_process(broker.pid, args.pin.get("broker"))
     log(f"broker on {broker.bootstrap} (pid {broker.pid})")
+    # Topics are made and deleted over plaintext.
+    admin_bootstrap = broker.internal_bootstrap if tls else broker.bootstrap
+    client_config = tls.client_config if tls else None
 
     endpoints: list[Endpoint] = []
     proxies: dict[str, Forwarder] = {}
     for leg in legs:
         if leg == "direct":
-            endpoints.append(Endpoint("direct", broker.bootstrap, None))
+            endpoints.append(Endpoint("direct", broker.bootstrap, None, client_config))
             continue
         if leg == "kshim":
             p: Forwarder = KshimProxy(ke.require_kshim_binary(args.kshim_bin), workdir / "kshim",
-                                      broker.bootstrap, max(idle_n, 1000) + 1024)
+                                      broker.bootstrap, max(idle_n, 1000) + 1024,
+                                      extra_toml=tls.kshim_toml() if tls else "")
+            p.tls = tls.context if tls else None
             resources.append(p.stop)
             log(f"starting kshim on {p.bootstrap}, upstream {broker.bootstrap}")
             p.start()
@@ -1215,13 +1410,14 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
         else:
             relay_listener, relay_port = broker.extra_ports
             p = SocatRelay(workdir / "relay", relay_port, relay_listener)
+            p.tls = tls.context if tls else None
             resources.append(p.stop)
             log(f"starting socat relay {relay_port} -> {relay_listener} (the broker's RELAY listener)")
             p.start({broker.port, relay_listener})
         pin_process(p.proc.pid, args.pin.get("proxy"))
         log(f"{leg} {p.describe()} hands out brokers {p.advertised}")
         proxies[leg] = p
-        endpoints.append(Endpoint(leg, p.bootstrap, p))
+        endpoints.append(Endpoint(leg, p.bootstrap, p, client_config))
 
     def check_alive() -> None:
         if not broker.alive():
@@ -1235,14 +1431,14 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
             ep.proxy.sampling(on)
 
     if args.study == "latency":
-        return latency_study(args, tools, probe_classes, broker.bootstrap, endpoints, check_alive, notes,
+        return latency_study(args, tools, probe_classes, admin_bootstrap, endpoints, check_alive, notes,
                              time.monotonic() - started)
 
     round_topics = {(r, s): f"bench-{s}-r{r}" for r in range(1, args.rounds + 1) for s, _ in SIZES}
     latency_topics = {s: f"bench-latency-{s}" for s, _ in SIZES}
     warm_topics = {s: f"bench-warmup-{s}" for s, _ in SIZES}
     create_topics(
-        broker.bootstrap,
+        admin_bootstrap,
         [*round_topics.values(), *latency_topics.values(), *warm_topics.values()],
         args.partitions,
     )
@@ -1256,7 +1452,7 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
             produce(tools, ep, warm_topics[size], size, warm_records, "all")
             consume(tools, ep, warm_topics[size], size, warm_records, f"bench-warmup-{ep.leg}-{size}")
             check_alive()
-    delete_topics(broker.bootstrap, list(warm_topics.values()))
+    delete_topics(admin_bootstrap, list(warm_topics.values()))
 
     results: dict[tuple[int, str], list[dict]] = {(s, ep.leg): [] for s, _ in SIZES for ep in endpoints}
     for rnd in range(1, args.rounds + 1):
@@ -1302,7 +1498,7 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
                                          f"the {leg} leg did not pass through it")
             for ep in endpoints:
                 results[(size, ep.leg)].append(row[ep.leg])
-            delete_topics(broker.bootstrap, [topic])
+            delete_topics(admin_bootstrap, [topic])
 
     memory = {leg: {"peak_kib": p.peak_kib()} for leg, p in proxies.items()}
     if idle_n:
@@ -1314,8 +1510,19 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
             log(f"{leg}: {m['per_conn_kib']:.1f} KiB per idle connection, {m['links']} upstream links, "
                 f"opened in {m['open_s']:.1f}s")
 
+    hs_tables = handshakes(args, tls, broker, proxies, log_dir, deadline) if tls else ""
+    if tls:
+        notes.append("TLS on both sides (RSA 2048 leaves, TLS 1.3 where both ends offer it): clients to the "
+                     "broker's SSL listener (direct), to kshim, which speaks TLS to that listener, and to the "
+                     "relay, which carries the clients' TLS to an SSL listener of its own.")
     print_report(args, results, [ep.leg for ep in endpoints], memory, idle_n, notes,
                  kroxylicious_home, time.monotonic() - started)
+    if hs_tables:
+        print()
+        print("Full TLS handshakes (examples/tls_bench: connect, handshake without resumption, one ApiVersions, "
+              "close; 3 rounds of 4 s per concurrency; the server's CPU per handshake from /proc):")
+        print()
+        print(hs_tables)
     return 0
 
 
