@@ -1517,6 +1517,12 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
                      "relay, which carries the clients' TLS to an SSL listener of its own.")
     print_report(args, results, [ep.leg for ep in endpoints], memory, idle_n, notes,
                  kroxylicious_home, time.monotonic() - started)
+    if args.plots:
+        prefix = "tls-" if tls else "plaintext-"
+        legs_run = [ep.leg for ep in endpoints]
+        plot_forwarding(args.plots, results, legs_run, prefix)
+        plot_latency_study(args.plots, {leg: results[(1024, leg)] for leg in legs_run}, legs_run,
+                           args.latency_rate_1k, prefix)
     if hs_tables:
         print()
         print("Full TLS handshakes (examples/tls_bench: connect, handshake without resumption, one ApiVersions, "
@@ -1624,8 +1630,9 @@ def _quantile(quantiles: list, q: float) -> float:
     return next(us for qq, us in quantiles if qq >= q - 1e-9) / 1000
 
 
-def plot_latency_study(out: Path, rounds: dict[str, list[dict]], legs: list[str], rate: int) -> None:
-    """ack-latency-cdf.png: per acks setting, each round's distribution as a thin line and the
+def plot_latency_study(out: Path, rounds: dict[str, list[dict]], legs: list[str], rate: int,
+                       prefix: str = "") -> None:
+    """PREFIXack-latency-cdf.png: per acks setting, each round's distribution as a thin line and the
     median over rounds of each quantile as a thick one, per leg, on a log latency axis with the
     tail (1 - q) stretched; and latency-study.json with the figures drawn."""
     import matplotlib
@@ -1634,7 +1641,7 @@ def plot_latency_study(out: Path, rounds: dict[str, list[dict]], legs: list[str]
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "latency-study.json").write_text(json.dumps(rounds, indent=1))
+    (out / f"{prefix}latency-study.json").write_text(json.dumps(rounds, indent=1))
     colors = {"direct": "tab:gray", "kshim": "tab:blue", "kroxylicious": "tab:orange", "relay": "tab:green"}
     fig, axes = plt.subplots(1, len(ACKS), figsize=(12, 5), sharey=True)
     for ax, acks in zip(axes, ACKS):
@@ -1656,9 +1663,41 @@ def plot_latency_study(out: Path, rounds: dict[str, list[dict]], legs: list[str]
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "ack-latency-cdf.png", dpi=110)
+    fig.savefig(out / f"{prefix}ack-latency-cdf.png", dpi=110)
     plt.close(fig)
-    log(f"plots: {out / 'ack-latency-cdf.png'}")
+    log(f"plots: {out / f'{prefix}ack-latency-cdf.png'}")
+
+
+def plot_forwarding(out: Path, results: dict, legs: list[str], prefix: str) -> None:
+    """PREFIXthroughput.png: per record size, each leg's median MB/s (produce acks=1, acks=all,
+    consume) and each forwarder's CPU s/GB; PREFIXforwarding.json with every round's figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{prefix}forwarding.json").write_text(json.dumps(
+        {f"{size}/{leg}": rows for (size, leg), rows in results.items()}, indent=1))
+    colors = {"direct": "tab:gray", "kshim": "tab:blue", "kroxylicious": "tab:orange", "relay": "tab:green"}
+    fig, axes = plt.subplots(2, len(SIZES), figsize=(12, 8))
+    for col, (size, label) in enumerate(SIZES):
+        for row, (keys, unit, legs_here) in enumerate((
+                (["prod_mbs_1", "prod_mbs_all", "cons_mbs"], "MB/s (median)", legs),
+                (["cpu_prod_1", "cpu_prod_all", "cpu_cons"], "forwarder CPU s per GB", [l for l in legs if l != "direct"]))):
+            ax = axes[row][col]
+            width = 0.8 / max(len(legs_here), 1)
+            for i, leg in enumerate(legs_here):
+                vals = [_med(results[(size, leg)], k) or 0 for k in keys]
+                ax.bar([x + i * width for x in range(len(keys))], vals, width, label=leg, color=colors.get(leg))
+            ax.set_xticks([x + width * (len(legs_here) - 1) / 2 for x in range(len(keys))],
+                          ["produce acks=1", "produce acks=all", "consume"])
+            ax.set(ylabel=unit, title=f"{label} records")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / f"{prefix}throughput.png", dpi=110)
+    plt.close(fig)
+    log(f"plots: {out / f'{prefix}throughput.png'}")
 
 
 # --------------------------------------------------------------------------------------------
