@@ -32,6 +32,10 @@ use tokio::time::Instant;
 
 #[path = "common/frames.rs"]
 mod frames;
+#[path = "common/target.rs"]
+mod target;
+
+use target::{parse_target, Target};
 
 const API_VERSIONS: i16 = 18;
 const VERSION: i16 = 4;
@@ -68,25 +72,6 @@ struct Args {
     /// Worker threads of the load generator (default: one per CPU).
     #[arg(long)]
     client_threads: Option<usize>,
-}
-
-#[derive(Debug, Clone)]
-struct Target {
-    name: String,
-    addr: String,
-}
-
-fn parse_target(s: &str) -> Result<Target, String> {
-    let (name, addr) = s
-        .split_once('=')
-        .ok_or_else(|| format!("`{s}` is not NAME=HOST:PORT"))?;
-    if name.is_empty() || !addr.contains(':') {
-        return Err(format!("`{s}` is not NAME=HOST:PORT"));
-    }
-    Ok(Target {
-        name: name.to_owned(),
-        addr: addr.to_owned(),
-    })
 }
 
 /// The whole request frame (size prefix included); the correlation id is at

@@ -36,6 +36,10 @@ use tokio::time::Instant;
 
 #[path = "common/frames.rs"]
 mod frames;
+#[path = "common/target.rs"]
+mod target;
+
+use target::{parse_target, Target};
 
 const METADATA: i16 = 3;
 const CLIENT_ID: &str = "kshim-metadata-bench";
@@ -61,25 +65,6 @@ struct Args {
     /// A round without every answer after this long fails the run.
     #[arg(long, default_value_t = 60_000)]
     timeout_ms: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Target {
-    name: String,
-    addr: String,
-}
-
-fn parse_target(s: &str) -> Result<Target, String> {
-    let (name, addr) = s
-        .split_once('=')
-        .ok_or_else(|| format!("`{s}` is not NAME=HOST:PORT"))?;
-    if name.is_empty() || !addr.contains(':') {
-        return Err(format!("`{s}` is not NAME=HOST:PORT"));
-    }
-    Ok(Target {
-        name: name.to_owned(),
-        addr: addr.to_owned(),
-    })
 }
 
 /// The whole request frame, size prefix included: request header v2 and a

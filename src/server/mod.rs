@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod budget;
 mod connection;
+mod handshake;
 pub mod proxy_protocol;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
@@ -168,15 +169,54 @@ fn listener_route(route: Route) -> crate::metrics::ListenerRoute {
     }
 }
 
+/// The TLS handshake of a new connection, with the route its server name asks
+/// for under `Routing::ByServerName`; `None` when it failed, ran out of time or
+/// named no route (each counted and logged here).
+async fn accept_tls(
+    stream: tokio::net::TcpStream,
+    routing: Routing,
+    config: Arc<rustls::ServerConfig>,
+    ctx: Arc<Context>,
+    addr: SocketAddr,
+) -> Option<(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, Option<Route>)> {
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let hello = tokio::time::timeout_at(
+        deadline,
+        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),
+    );
+    let start = match hello.await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
+        Err(_) => return handshake_refused(&ctx, addr, None),
+    };
+    let mut route = None;
+    if let Routing::ByServerName(route_of) = &routing {
+        let name = start.client_hello().server_name().map(str::to_owned);
+        match route_of(name.as_deref()) {
+            Some(r) => route = Some(r),
+            None => {
+                refuse_server_name(start.io, name, addr, &ctx).await;
+                return None;
+            }
+        }
+    }
+    match tokio::time::timeout_at(deadline, start.into_stream(config)).await {
+        Ok(Ok(stream)) => Some((stream, route)),
+        Ok(Err(e)) => handshake_refused(&ctx, addr, Some(e)),
+        Err(_) => handshake_refused(&ctx, addr, None),
+    }
+}
+
 /// A TLS handshake that failed (`error`) or ran out of time: the client's
 /// doing, so counted and logged at debug only.
-fn handshake_refused(ctx: &Context, peer: SocketAddr, error: Option<std::io::Error>) {
+fn handshake_refused<T>(ctx: &Context, peer: SocketAddr, error: Option<std::io::Error>) -> Option<T> {
     ctx.metrics
         .connection_refused(ConnectionRefusal::TlsHandshake);
     match error {
         Some(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
         None => tracing::debug!(%peer, "TLS handshake timed out"),
     }
+    None
 }
 
 /// Answers a ClientHello whose server name routes nowhere with the
@@ -304,36 +344,25 @@ pub async fn serve(
                             Box::pin(connection::run(stream, peer, ctx, &limits, shutdown)).await;
                         }
                         Some(material) => {
-                            // The handshake's state lives in this block only, so the task does not
-                            // keep room for it (nor for a moved-from TLS stream) for the
-                            // connection's lifetime: what comes out is the connection, boxed,
-                            // which owns the TLS stream.
+                            // The handshake runs on the handshake threads (handshake.rs). Its
+                            // outcome lives in this block only, so the task does not keep room
+                            // for a moved-from TLS stream for the connection's lifetime: what
+                            // comes out is the connection, boxed, which owns the TLS stream.
                             let (_open, serve) = {
-                                let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
-                                let hello = tokio::time::timeout_at(
-                                    deadline,
-                                    Box::pin(tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream)),
-                                );
-                                let start = match hello.await {
-                                    Ok(Ok(start)) => start,
-                                    Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
-                                    Err(_) => return handshake_refused(&ctx, addr, None),
+                                let accepted = handshake::run(accept_tls(
+                                    stream,
+                                    routing,
+                                    Arc::clone(&material.config),
+                                    Arc::clone(&ctx),
+                                    addr,
+                                ))
+                                .await;
+                                let Some(Some((stream, route))) = accepted else {
+                                    return;
                                 };
-                                if let Routing::ByServerName(route_of) = &routing {
-                                    let name = start.client_hello().server_name().map(str::to_owned);
-                                    match route_of(name.as_deref()) {
-                                        Some(route) => peer.route = route,
-                                        None => {
-                                            Box::pin(refuse_server_name(start.io, name, addr, &ctx)).await;
-                                            return;
-                                        }
-                                    }
+                                if let Some(route) = route {
+                                    peer.route = route;
                                 }
-                                let stream = match tokio::time::timeout_at(deadline, Box::pin(start.into_stream(Arc::clone(&material.config)))).await {
-                                    Ok(Ok(stream)) => stream,
-                                    Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
-                                    Err(_) => return handshake_refused(&ctx, addr, None),
-                                };
                                 peer.tls = true;
                                 let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
                                 if let Some(leaf) = leaf {

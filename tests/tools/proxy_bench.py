@@ -129,6 +129,10 @@ GIB = 1 << 30
 TOOL_TIMEOUT_S = 180.0
 CLIENT_HEAP = "-Xmx512m"
 BROKER_HEAP = "512m"
+TLS_BROKER_HEAP = "1536m"
+# Idle connections are opened in batches of 200; with TLS, the broker's handshakes for a batch can
+# take longer than kshim's default 5 s per upstream exchange.
+UPSTREAM_PATIENCE = {"connect_timeout_ms": 30_000}
 # The admin API of a kshim started with admin=True (for /metrics); its token goes by environment.
 ADMIN_TOKEN_ENV = "KSHIM_BENCH_ADMIN_TOKEN"
 ADMIN_TOKEN = "bench-" + os.urandom(8).hex()
@@ -684,24 +688,33 @@ def handshakes(args, tls: TlsMaterial, broker, proxies: dict, log_dir: Path, dea
     timeout = min(expected * 1.5 + 60, deadline - time.monotonic())
     if timeout < expected:
         raise BenchError("out of time before the handshake runs: the run is capped at --max-seconds")
-    out_path, err_path = log_dir / "handshakes.out", log_dir / "handshakes.err"
     cmd = [str(args.tls_bench_bin), "handshakes", f"--ca={tls.certs.ca}", *targets,
            f"--concurrency={','.join(map(str, levels))}", "--rounds=3", "--duration-secs=4",
            "--warmup-secs=15", "--baseline=direct"]
     log(f"handshakes: {' '.join(cmd[1:])}")
+    return run_program(cmd, log_dir, "handshakes", timeout)
+
+
+def run_program(cmd: list[str], log_dir: Path, name: str, timeout: float,
+                env: dict[str, str] | None = None) -> str:
+    """Runs a load generator (with `env` added to the environment) in its own session, stdout
+    and stderr to files, stopped by its PID however it ends; its stdout, or BenchError with the
+    tail of both."""
+    out_path, err_path = log_dir / f"{name}.out", log_dir / f"{name}.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)
+                                env={**os.environ, **(env or {})}, start_new_session=True)
     ke._register(proc)
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise BenchError(f"tls_bench handshakes did not finish within {timeout:.0f}s\n--- {err_path}:\n{ke.tail(err_path)}")
+        raise BenchError(f"{name} did not finish within {timeout:.0f}s\n--- {err_path}:\n{ke.tail(err_path, 20)}")
     finally:
         ke.stop_process(proc, timeout=10)
     if rc != 0:
-        raise BenchError(f"tls_bench handshakes exited with status {rc}\n--- {err_path}:\n{ke.tail(err_path, 30)}")
-    return out_path.read_text()
+        raise BenchError(f"{name} exited with status {rc}: {' '.join(cmd)}\n"
+                         f"--- {err_path}:\n{ke.tail(err_path, 30)}\n--- {out_path}:\n{ke.tail(out_path, 10)}")
+    return out_path.read_text(errors="replace")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1252,6 +1265,30 @@ def admin_client(bootstrap: str):
     return KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kshim-proxy-bench", request_timeout_ms=30000)
 
 
+def start_cluster(cluster: ke.KafkaCluster, stops: list) -> None:
+    """Starts `cluster`, its stop first put in `stops`; a cluster that does not start is a
+    BenchError."""
+    stops.append(cluster.stop)
+    try:
+        cluster.start()
+    except ke.EnvError as e:
+        raise BenchError(str(e))
+
+
+def wait_leaders(admin, names: list[str], partitions: int, deadline: float) -> None:
+    """Waits until every partition of the topics `names` (each of `partitions`) has a leader."""
+    while True:
+        described = admin.describe_topics(names)
+        pending = [t.get("name", t.get("topic")) for t in described
+                   if t.get("error_code") or len(t.get("partitions", [])) != partitions
+                   or any(p.get("leader_id", -1) < 0 for p in t["partitions"])]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"{len(pending)} topics have partitions without a leader in time, e.g. {pending[:3]}")
+        time.sleep(0.2)
+
+
 def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
     from kafka.admin import NewTopic
 
@@ -1262,20 +1299,7 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
         if errors:
             raise BenchError(f"CreateTopics failed: {errors}")
         # The first leg should not pay for leader election; wait until every partition has a leader.
-        deadline = time.monotonic() + 30
-        while True:
-            described = admin.describe_topics(names)
-            ready = all(
-                t.get("error_code") == 0
-                and len(t.get("partitions", [])) == partitions
-                and all(p.get("leader_id", -1) >= 0 for p in t["partitions"])
-                for t in described
-            )
-            if ready:
-                return
-            if time.monotonic() > deadline:
-                raise BenchError(f"topics {names} have no leaders after 30s: {described}")
-            time.sleep(0.2)
+        wait_leaders(admin, names, partitions, time.monotonic() + 30)
     finally:
         admin.close()
 
@@ -1373,14 +1397,13 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
         # extra0: the broker's RELAY listener; extra1: the relay's own port, which RELAY advertises.
         overrides["listeners"] += ",RELAY://127.0.0.1:{extra0}"
         overrides["advertised.listeners"] += ",RELAY://127.0.0.1:{extra1}"
-    cluster = ke.KafkaCluster(1, workdir=workdir / "kafka", heap=BROKER_HEAP, separate_inter_broker=bool(tls),
+    # An SSL listener holds about 50 KiB of heap per connection (its engine's buffers): the idle
+    # connections need room.
+    cluster = ke.KafkaCluster(1, workdir=workdir / "kafka", heap=TLS_BROKER_HEAP if tls else BROKER_HEAP,
+                              separate_inter_broker=bool(tls),
                               listener_overrides=overrides, extra_ports=2 if "relay" in legs else 0,
                               extra_properties=extra_properties)
-    resources.append(cluster.stop)
-    try:
-        cluster.start()
-    except ke.EnvError as e:
-        raise BenchError(str(e))
+    start_cluster(cluster, resources)
     broker = cluster.nodes[0]
     pin_process(broker.pid, args.pin.get("broker"))
     log(f"broker on {broker.bootstrap} (pid {broker.pid})")
@@ -1397,7 +1420,8 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
         if leg == "kshim":
             p: Forwarder = KshimProxy(ke.require_kshim_binary(args.kshim_bin), workdir / "kshim",
                                       broker.bootstrap, max(idle_n, 1000) + 1024,
-                                      extra_toml=tls.kshim_toml() if tls else "")
+                                      extra_toml=tls.kshim_toml() if tls else "",
+                                      upstream_settings=UPSTREAM_PATIENCE if tls else None)
             p.tls = tls.context if tls else None
             resources.append(p.stop)
             log(f"starting kshim on {p.bootstrap}, upstream {broker.bootstrap}")

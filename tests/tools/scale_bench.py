@@ -16,9 +16,10 @@ metadata   Three Apache Kafka 4.1.1 KRaft nodes and one kshim in front of them (
            by round. Figures per step: p50/p99 of both and kshim's added latency; kshim's CPU per
            request (utime + stime from /proc over the run, divided by the requests kshim
            forwarded); kshim's allocations per request (`kshim_heap_allocations_total` from
-           /metrics, the same way, less what one scrape of /metrics and 2 idle seconds cost,
-           measured just before; kshim's periodic read of the cluster is set to once an hour so
-           that it does not land in a run); the answer's size. A plot of each against
+           /metrics, the same way, less one scrape of /metrics and what kshim allocates per
+           second while idle times the run's length, both measured just before; kshim's periodic
+           read of the cluster is set to once an hour so that it does not land in a run); the
+           answer's size. A plot of each against
            partitions (--plots).
 
 connections  One Apache Kafka 4.1.1 node with a PLAINTEXT and an SSL listener; kshim in front,
@@ -45,7 +46,6 @@ import os
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -65,9 +65,8 @@ MANY_CLIENTS = 200
 # Topics created per CreateTopics request.
 CREATE_BATCH = 100
 METADATA_VERSION = 12
-# What kshim allocates while idle (and what one /metrics scrape costs) is measured over this
-# long before each run, and taken off the run's figures once.
-IDLE_WINDOW_S = 2.0
+# What kshim allocates per second while idle is measured over this long before each run.
+IDLE_WINDOW_S = 3.0
 REFRESH_INTERVAL_MS = 3_600_000
 
 # Stop functions of what run() started, newest last; called in reverse order at exit.
@@ -123,24 +122,6 @@ def _require_binary(path: Path, what: str) -> Path:
     return path
 
 
-def run_program(cmd: list[str], log_dir: Path, name: str, timeout: float) -> str:
-    """Runs a load generator in its own session; its stdout, or BenchError with its stderr."""
-    out_path, err_path = log_dir / f"{name}.out", log_dir / f"{name}.err"
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)
-    ke._register(proc)
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"{name} did not finish within {timeout:.0f}s\n--- {err_path}:\n{ke.tail(err_path, 20)}")
-    finally:
-        ke.stop_process(proc, timeout=10)
-    if rc != 0:
-        raise BenchError(f"{name} exited with status {rc}: {' '.join(cmd)}\n--- {err_path}:\n{ke.tail(err_path, 30)}")
-    return out_path.read_text()
-
-
 def percentile(values: list[float], q: float) -> float:
     """The nearest-rank percentile (q in 0..100)."""
     ordered = sorted(values)
@@ -169,16 +150,7 @@ def add_topics(bootstrap: str, first: int, count: int, replicas: int, deadline: 
                 raise BenchError(f"CreateTopics failed: {errors[:3]}")
             if time.monotonic() > deadline:
                 raise BenchError("out of time creating topics")
-        while True:
-            described = admin.describe_topics(names)
-            pending = [t.get("name", t.get("topic")) for t in described
-                       if t.get("error_code") or len(t.get("partitions", [])) != PARTITIONS_PER_TOPIC
-                       or any(p.get("leader_id", -1) < 0 for p in t["partitions"])]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                raise BenchError(f"{len(pending)} topics have partitions without a leader, e.g. {pending[:3]}")
-            time.sleep(0.5)
+        pb.wait_leaders(admin, names, PARTITIONS_PER_TOPIC, deadline)
     finally:
         admin.close()
 
@@ -189,7 +161,7 @@ def wait_same_metadata(bench_bin: Path, log_dir: Path, brokers: list[str], deadl
     last = None
     while time.monotonic() < deadline:
         try:
-            out = run_program([str(bench_bin), *[f"--target=b{i}={b}" for i, b in enumerate(brokers)],
+            out = pb.run_program([str(bench_bin), *[f"--target=b{i}={b}" for i, b in enumerate(brokers)],
                                "--clients=1", "--rounds=1"], log_dir, "metadata-settle", 120)
         except BenchError as e:
             if "the cluster changed" not in str(e):
@@ -220,11 +192,7 @@ def metadata_study(args, workdir: Path, started: float) -> int:
     log("starting Apache Kafka 4.1.1: 3 KRaft nodes (broker+controller)")
     cluster = ke.KafkaCluster(3, workdir=workdir / "kafka", heap="768m",
                               extra_properties={"num.partitions": "1"})
-    resources.append(cluster.stop)
-    try:
-        cluster.start()
-    except ke.EnvError as e:
-        raise BenchError(str(e))
+    pb.start_cluster(cluster, resources)
     bootstrap = ",".join(n.bootstrap for n in cluster.nodes)
     # The cluster does not change while a step is measured, and kshim's periodic read of it would
     # count among the requests' allocations.
@@ -261,17 +229,23 @@ def metadata_study(args, workdir: Path, started: float) -> int:
         check_alive()
         row = {"partitions": partitions, "topics": topics, "response_bytes": size}
         for clients, rounds in ((1, args.rounds_one), (MANY_CLIENTS, args.rounds_many)):
-            # What kshim allocates and spends while nobody asks it anything but one /metrics
-            # scrape: taken off the run's figures, which also span one scrape.
-            m0, c0 = kshim.metrics(), kshim.cpu()
-            time.sleep(IDLE_WINDOW_S)
+            # What one /metrics scrape allocates (two back to back), and what kshim allocates and
+            # spends per second while nobody asks it anything (its timers): both are taken off
+            # the run's figures, which span one scrape and the run's wall time.
+            allocs = lambda m: m["kshim_heap_allocations_total"]  # noqa: E731
+            m0 = kshim.metrics()
             m1, c1 = kshim.metrics(), kshim.cpu()
-            idle_allocs = m1["kshim_heap_allocations_total"] - m0["kshim_heap_allocations_total"]
-            idle_cpu = c1 - c0
-            out = run_program([str(bench_bin), *[f"--target={k}={v}" for k, v in targets.items()],
+            scrape = allocs(m1) - allocs(m0)
+            time.sleep(IDLE_WINDOW_S)
+            m2, c2 = kshim.metrics(), kshim.cpu()
+            idle_allocs_per_s = max(0.0, allocs(m2) - allocs(m1) - scrape) / IDLE_WINDOW_S
+            idle_cpu_per_s = (c2 - c1) / IDLE_WINDOW_S
+            t0 = time.monotonic()
+            out = pb.run_program([str(bench_bin), *[f"--target={k}={v}" for k, v in targets.items()],
                                f"--clients={clients}", f"--rounds={rounds}", f"--version={METADATA_VERSION}"],
                               log_dir, f"metadata-{partitions}-{clients}", max(60.0, deadline - time.monotonic()))
-            m2, c2 = kshim.metrics(), kshim.cpu()
+            wall = time.monotonic() - t0
+            m3, c3 = kshim.metrics(), kshim.cpu()
             check_alive()
             results = {r["target"]: r for r in map(json.loads, filter(str.strip, out.splitlines()))}
             if results["direct"]["response_bytes"] != results["kshim"]["response_bytes"]:
@@ -281,14 +255,14 @@ def metadata_study(args, workdir: Path, started: float) -> int:
                 if diff > 3 * 8:
                     raise BenchError(f"the answers through kshim and direct differ by {diff} bytes")
             requests = clients * (rounds + 1)  # the unmeasured round went through kshim too
-            allocs = m2["kshim_heap_allocations_total"] - m1["kshim_heap_allocations_total"] - idle_allocs
-            cpu = c2 - c1 - idle_cpu
+            run_allocs = allocs(m3) - allocs(m2) - scrape - idle_allocs_per_s * wall
+            cpu = c3 - c2 - idle_cpu_per_s * wall
             lat = {leg: [us / 1000 for us in results[leg]["latencies_us"]] for leg in ("direct", "kshim")}
             key = "one" if clients == 1 else "many"
             for leg in ("direct", "kshim"):
                 row[f"{key}_{leg}_p50"] = statistics.median(lat[leg])
                 row[f"{key}_{leg}_p99"] = percentile(lat[leg], 99)
-            row[f"{key}_allocs_per_request"] = allocs / requests
+            row[f"{key}_allocs_per_request"] = run_allocs / requests
             row[f"{key}_cpu_ms_per_request"] = 1000 * cpu / requests
             log(f"  {clients} client(s) x {rounds} rounds: p99 direct {row[f'{key}_direct_p99']:.2f} ms, "
                 f"kshim {row[f'{key}_kshim_p99']:.2f} ms; kshim {row[f'{key}_allocs_per_request']:.1f} allocations "
@@ -347,18 +321,14 @@ def plot_metadata(out: Path, rows: list[dict]) -> None:
         ax.plot(x, [r[f"{key}_kshim_p99"] for r in rows], style, color="tab:blue", label=f"kshim, {clients} client(s)")
     ax.set(xscale="log", yscale="log", xlabel="partitions", ylabel="Metadata p99 (ms)", title="Latency p99")
     ax.legend(fontsize=8)
-    ax = axes[1]
-    for key, clients, style in (("one", 1, "o-"), ("many", MANY_CLIENTS, "s-")):
-        ax.plot(x, [r[f"{key}_allocs_per_request"] for r in rows], style, label=f"{clients} client(s)")
-    ax.set(xscale="log", xlabel="partitions", ylabel="allocations per request", title="kshim allocations / request")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    ax = axes[2]
-    for key, clients, style in (("one", 1, "o-"), ("many", MANY_CLIENTS, "s-")):
-        ax.plot(x, [r[f"{key}_cpu_ms_per_request"] for r in rows], style, label=f"{clients} client(s)")
-    ax.set(xscale="log", xlabel="partitions", ylabel="ms", title="kshim CPU / request")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    for ax, figure, unit, title in ((axes[1], "allocs_per_request", "allocations per request",
+                                     "kshim allocations / request"),
+                                    (axes[2], "cpu_ms_per_request", "ms", "kshim CPU / request")):
+        for key, clients, style in (("one", 1, "o-"), ("many", MANY_CLIENTS, "s-")):
+            ax.plot(x, [r[f"{key}_{figure}"] for r in rows], style, label=f"{clients} client(s)")
+        ax.set(xscale="log", xlabel="partitions", ylabel=unit, title=title)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "metadata-scale.png", dpi=110)
     plt.close(fig)
@@ -380,10 +350,7 @@ def run(args, workdir: Path, started: float) -> int:
 # connections
 
 PROBE_CLIENTS = 50
-CONNECTIONS_BROKER_HEAP = "1536m"
-# Thousands of connections are opened in batches of 200; the broker's TLS handshakes for a batch
-# can take longer than kshim's default 5 s per upstream exchange.
-UPSTREAM_PATIENCE = {"connect_timeout_ms": 30_000}
+
 PROBE_INTERVAL_S = 0.05
 STORM_WARMUP_S = 5
 
@@ -455,7 +422,7 @@ def connections_study(args, workdir: Path, started: float) -> int:
     # extra0: SSL; extra1: RELAY (plaintext, advertised as the relay's port extra2).
     # The broker's SSL listener holds about 50 KiB of heap per connection (its engine's buffers).
     cluster = ke.KafkaCluster(
-        1, workdir=workdir / "kafka", heap=CONNECTIONS_BROKER_HEAP, separate_inter_broker=True, extra_ports=3,
+        1, workdir=workdir / "kafka", heap=pb.TLS_BROKER_HEAP, separate_inter_broker=True, extra_ports=3,
         listener_overrides={
             "listeners": "PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{extra0},RELAY://127.0.0.1:{extra1},"
                          "INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
@@ -466,11 +433,7 @@ def connections_study(args, workdir: Path, started: float) -> int:
         },
         extra_properties=tls.broker_properties(),
     )
-    resources.append(cluster.stop)
-    try:
-        cluster.start()
-    except ke.EnvError as e:
-        raise BenchError(str(e))
+    pb.start_cluster(cluster, resources)
     broker = cluster.nodes[0]
     ssl_port, relay_listener, relay_port = broker.extra_ports
     started_count = {"n": 0}
@@ -483,10 +446,10 @@ def connections_study(args, workdir: Path, started: float) -> int:
             f = pb.SocatRelay(d, relay_port, relay_listener)
         elif name == "kshim":
             f = pb.KshimProxy(kshim_bin, d, broker.bootstrap, n + 1024, admin=True,
-                              upstream_settings=UPSTREAM_PATIENCE)
+                              upstream_settings=pb.UPSTREAM_PATIENCE)
         else:
             f = pb.KshimProxy(kshim_bin, d, f"127.0.0.1:{ssl_port}", n + 1024, admin=True,
-                              extra_toml=tls.kshim_toml(), upstream_settings=UPSTREAM_PATIENCE)
+                              extra_toml=tls.kshim_toml(), upstream_settings=pb.UPSTREAM_PATIENCE)
             f.tls = tls.context
         resources.append(f.stop)
         if name == "relay":
@@ -536,7 +499,7 @@ def connections_study(args, workdir: Path, started: float) -> int:
             log(f"storm: {concurrency} clients connecting to {name} ({addr}) for {args.storm_seconds}s, "
                 f"{PROBE_CLIENTS} connected clients asking ApiVersions")
             with ApiVersionsProbe(host, port, tls.context) as probe:
-                out = run_program(cmd, log_dir, f"storm-{name}-{concurrency}",
+                out = pb.run_program(cmd, log_dir, f"storm-{name}-{concurrency}",
                                   STORM_WARMUP_S + args.storm_seconds + 120)
             check_alive(secure)
             rate, failed = parse_handshakes(out, name)

@@ -256,23 +256,7 @@ def run_example(bench_bin: Path, log_dir: Path, name: str, argv: list[str], *, e
     timeout = expected_s * 1.5 + 60
     if left < min(timeout, expected_s + 30):
         raise BenchError(f"out of time before {name} (~{expected_s:.0f}s): the run is capped at --max-seconds")
-    timeout = min(timeout, left)
-    out_path, err_path = log_dir / f"{name}.out", log_dir / f"{name}.err"
-    cmd = [str(bench_bin), *argv]
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
-    ke._register(proc)
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"tls_bench {name} did not finish within {timeout:.0f}s\n--- {err_path}:\n{ke.tail(err_path, 20)}")
-    finally:
-        ke.stop_process(proc, timeout=10)
-    if rc != 0:
-        raise BenchError(f"tls_bench {name} exited with status {rc}: {' '.join(cmd)}\n"
-                         f"--- {err_path}:\n{ke.tail(err_path, 30)}\n--- {out_path}:\n{ke.tail(out_path, 10)}")
-    return out_path.read_text(errors="replace")
+    return pb.run_program([str(bench_bin), *argv], log_dir, f"tls_bench-{name}", min(timeout, left), env)
 
 
 # --------------------------------------------------------------------------------------------
