@@ -162,7 +162,7 @@ def wait_same_metadata(bench_bin: Path, log_dir: Path, brokers: list[str], deadl
     while time.monotonic() < deadline:
         try:
             out = pb.run_program([str(bench_bin), *[f"--target=b{i}={b}" for i, b in enumerate(brokers)],
-                               "--clients=1", "--rounds=1"], log_dir, "metadata-settle", 120)
+                                  "--clients=1", "--rounds=1"], log_dir, "metadata-settle", 120)
         except BenchError as e:
             if "the cluster changed" not in str(e):
                 raise
@@ -179,6 +179,10 @@ def wait_same_metadata(bench_bin: Path, log_dir: Path, brokers: list[str], deadl
             last = None
         time.sleep(0.5)
     raise BenchError("the brokers did not agree on the topics' Metadata in time")
+
+
+def allocs(metrics: dict[str, float]) -> float:
+    return metrics["kshim_heap_allocations_total"]
 
 
 def metadata_study(args, workdir: Path, started: float) -> int:
@@ -232,7 +236,6 @@ def metadata_study(args, workdir: Path, started: float) -> int:
             # What one /metrics scrape allocates (two back to back), and what kshim allocates and
             # spends per second while nobody asks it anything (its timers): both are taken off
             # the run's figures, which span one scrape and the run's wall time.
-            allocs = lambda m: m["kshim_heap_allocations_total"]  # noqa: E731
             m0 = kshim.metrics()
             m1, c1 = kshim.metrics(), kshim.cpu()
             scrape = allocs(m1) - allocs(m0)
@@ -242,8 +245,8 @@ def metadata_study(args, workdir: Path, started: float) -> int:
             idle_cpu_per_s = (c2 - c1) / IDLE_WINDOW_S
             t0 = time.monotonic()
             out = pb.run_program([str(bench_bin), *[f"--target={k}={v}" for k, v in targets.items()],
-                               f"--clients={clients}", f"--rounds={rounds}", f"--version={METADATA_VERSION}"],
-                              log_dir, f"metadata-{partitions}-{clients}", max(60.0, deadline - time.monotonic()))
+                                  f"--clients={clients}", f"--rounds={rounds}", f"--version={METADATA_VERSION}"],
+                                 log_dir, f"metadata-{partitions}-{clients}", max(60.0, deadline - time.monotonic()))
             wall = time.monotonic() - t0
             m3, c3 = kshim.metrics(), kshim.cpu()
             check_alive()
@@ -262,6 +265,7 @@ def metadata_study(args, workdir: Path, started: float) -> int:
             for leg in ("direct", "kshim"):
                 row[f"{key}_{leg}_p50"] = statistics.median(lat[leg])
                 row[f"{key}_{leg}_p99"] = percentile(lat[leg], 99)
+            row[f"{key}_latencies_ms"] = lat  # every request's, for the plot's JSON
             row[f"{key}_allocs_per_request"] = run_allocs / requests
             row[f"{key}_cpu_ms_per_request"] = 1000 * cpu / requests
             log(f"  {clients} client(s) x {rounds} rounds: p99 direct {row[f'{key}_direct_p99']:.2f} ms, "
