@@ -178,7 +178,10 @@ async fn accept_tls(
     config: Arc<rustls::ServerConfig>,
     ctx: Arc<Context>,
     addr: SocketAddr,
-) -> Option<(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, Option<Route>)> {
+) -> Option<(
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    Option<Route>,
+)> {
     let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let hello = tokio::time::timeout_at(
         deadline,
@@ -209,7 +212,11 @@ async fn accept_tls(
 
 /// A TLS handshake that failed (`error`) or ran out of time: the client's
 /// doing, so counted and logged at debug only.
-fn handshake_refused<T>(ctx: &Context, peer: SocketAddr, error: Option<std::io::Error>) -> Option<T> {
+fn handshake_refused<T>(
+    ctx: &Context,
+    peer: SocketAddr,
+    error: Option<std::io::Error>,
+) -> Option<T> {
     ctx.metrics
         .connection_refused(ConnectionRefusal::TlsHandshake);
     match error {
