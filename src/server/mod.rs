@@ -321,7 +321,7 @@ pub async fn serve(
                 // What this task keeps while its connection is idle is the memory an idle
                 // connection costs: every stage with a large state (the PROXY header, the TLS
                 // handshake, the connection itself) is boxed, so that the task holds only
-                // what the stage it is in needs (an idle connection: 5 KiB of heap, from 10).
+                // what the stage it is in needs (an idle connection: 3.6 KiB of heap, from 9.7).
                 tracker.spawn(async move {
                     let mut stream = stream;
                     let Some(addr) = Box::pin(limits.proxy_protocol.client_address(&mut stream, socket, &ctx.metrics)).await else {
@@ -363,8 +363,9 @@ pub async fn serve(
                                     Arc::clone(&ctx),
                                     addr,
                                 ))
-                                .await;
-                                let Some(Some((stream, route))) = accepted else {
+                                .await
+                                .flatten();
+                                let Some((stream, route)) = accepted else {
                                     return;
                                 };
                                 if let Some(route) = route {

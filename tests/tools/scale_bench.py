@@ -185,12 +185,8 @@ def allocs(metrics: dict[str, float]) -> float:
     return metrics["kshim_heap_allocations_total"]
 
 
-def metadata_study(args, workdir: Path, started: float) -> int:
-    deadline = started + args.max_seconds
+def metadata_study(args, workdir: Path, kshim_bin: Path, log_dir: Path, deadline: float, started: float) -> int:
     bench_bin = _require_binary(args.metadata_bench_bin, "metadata_bench")
-    kshim_bin = ke.require_kshim_binary(args.kshim_bin)
-    log_dir = workdir / "logs"
-    log_dir.mkdir()
     # Every partition is a log with open files on each of its replicas' brokers.
     pb.raise_open_file_limit(20_000)
     log("starting Apache Kafka 4.1.1: 3 KRaft nodes (broker+controller)")
@@ -345,9 +341,11 @@ def plot_metadata(out: Path, rows: list[dict]) -> None:
 
 def run(args, workdir: Path, started: float) -> int:
     ke.require_jars()
-    if args.study == "metadata":
-        return metadata_study(args, workdir, started)
-    return connections_study(args, workdir, started)
+    kshim_bin = ke.require_kshim_binary(args.kshim_bin)
+    log_dir = workdir / "logs"
+    log_dir.mkdir()
+    study = metadata_study if args.study == "metadata" else connections_study
+    return study(args, workdir, kshim_bin, log_dir, started + args.max_seconds, started)
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,12 +403,9 @@ class ApiVersionsProbe:
             s.close()
 
 
-def connections_study(args, workdir: Path, started: float) -> int:
-    deadline = started + args.max_seconds
+def connections_study(args, workdir: Path, kshim_bin: Path, log_dir: Path, deadline: float,
+                       started: float) -> int:
     tls_bench = _require_binary(args.tls_bench_bin, "tls_bench")
-    kshim_bin = ke.require_kshim_binary(args.kshim_bin)
-    log_dir = workdir / "logs"
-    log_dir.mkdir()
     # A forwarding connection holds two descriptors in a forwarder (its client side and its
     # upstream side), and kshim caps its connections to fit its open-file limit on that count.
     have = pb.raise_open_file_limit(2 * args.connections + pb.FD_HEADROOM)
