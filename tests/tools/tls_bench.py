@@ -68,7 +68,7 @@ from tls_support import (  # noqa: E402
 REPO_ROOT = pb.REPO_ROOT
 NODE_ID = 1
 RECORD_SIZE = 1024
-ADMIN_TOKEN_ENV = "KSHIM_BENCH_ADMIN_TOKEN"
+ADMIN_TOKEN_ENV = pb.ADMIN_TOKEN_ENV
 PARTS = ("handshakes", "produce", "reload")
 
 
