@@ -124,7 +124,7 @@ struct Queued {
     written: usize,
     /// When it was queued.
     since: Instant,
-    tag: u8,
+    tag: u32,
 }
 
 impl Queued {
@@ -134,7 +134,8 @@ impl Queued {
 }
 
 /// Frames queued for a stream, in order; each written whole before the next.
-/// Each frame carries a small tag for its owner's own bookkeeping.
+/// Each frame carries a number for its owner's own bookkeeping (a kind, or
+/// bytes of a budget that the frame holds until it is written).
 #[derive(Debug, Default)]
 pub struct Outbox {
     queue: VecDeque<Queued>,
@@ -145,7 +146,7 @@ pub struct Outbox {
 
 impl Outbox {
     /// Queues a frame that lacks its size prefix.
-    pub fn push_unprefixed(&mut self, frame: Bytes, tag: u8, since: Instant) {
+    pub fn push_unprefixed(&mut self, frame: Bytes, tag: u32, since: Instant) {
         let prefix = (frame.len() as u32).to_be_bytes();
         self.push(Queued {
             prefix: Some(prefix),
@@ -157,7 +158,7 @@ impl Outbox {
     }
 
     /// Queues a frame that starts with its size prefix.
-    pub fn push_prefixed(&mut self, frame: Bytes, tag: u8, since: Instant) {
+    pub fn push_prefixed(&mut self, frame: Bytes, tag: u32, since: Instant) {
         self.push(Queued {
             prefix: None,
             frame,
@@ -199,7 +200,7 @@ impl Outbox {
         &mut self,
         io: &mut S,
         cx: &mut Context<'_>,
-        mut written: impl FnMut(u8, usize),
+        mut written: impl FnMut(u32, usize),
     ) -> Poll<std::io::Result<()>> {
         while !self.queue.is_empty() {
             let n = {

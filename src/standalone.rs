@@ -190,22 +190,56 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
         max_frame_bytes: config.max_frame_bytes,
         max_connections,
         max_connections_per_ip: config.max_connections_per_ip,
-        max_connections_per_ip_overrides: config
-            .max_connections_per_ip_overrides
-            .iter()
-            .map(|(ip, n)| (*ip, *n))
-            .collect(),
+        max_connections_per_ip_overrides: std::sync::Arc::new(
+            config
+                .max_connections_per_ip_overrides
+                .iter()
+                .map(|(ip, n)| (*ip, *n))
+                .collect(),
+        ),
+        max_unsent_response_bytes: config.max_unsent_response_bytes,
         idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
         frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         request_timeout: Duration::from_millis(upstream.map_or(30_000, |u| u.request_timeout_ms)),
-        budget: FrameBudget::new(config.max_queued_request_bytes),
+        budget: FrameBudget::new(frame_budget(config)),
         proxy_protocol: crate::server::ProxyProtocol {
             mode: config.proxy_protocol,
             trusted: std::sync::Arc::new(config.proxy_protocol_trusted.clone()),
         },
         ..Limits::default()
     }
+}
+
+/// The global budget for frames in transit: `max_queued_request_bytes`, or
+/// the default that the memory kshim may use gives. Logged with where it came
+/// from, and with a warning when the largest frame leaves little room.
+fn frame_budget(config: &Config) -> usize {
+    use crate::server::memory;
+    let limit = memory::memory_limit();
+    let (budget, why) = match config.max_queued_request_bytes {
+        Some(bytes) => (bytes, "max_queued_request_bytes".to_owned()),
+        None => (
+            memory::default_frame_budget(config.max_frame_bytes, &limit),
+            format!("the default for {}", limit.source),
+        ),
+    };
+    tracing::info!(
+        "frames in transit are held to {} MiB ({why}); kshim may use {} MiB ({})",
+        budget >> 20,
+        limit.bytes >> 20,
+        limit.source
+    );
+    if matches!(limit.source, memory::LimitSource::Cgroup(_))
+        && (budget as u64).saturating_add(64 << 20) > limit.bytes
+    {
+        tracing::warn!(
+            "the frame budget ({} MiB) leaves under 64 MiB of the memory limit ({} MiB) for              everything else: lower max_frame_bytes or max_queued_request_bytes, or raise the limit",
+            budget >> 20,
+            limit.bytes >> 20
+        );
+    }
+    budget
 }
 
 /// What clients are told: the advertised listener, or the listen host with the

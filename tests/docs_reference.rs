@@ -228,6 +228,7 @@ impl FrameBudgetGauge for WatchedBudget {
     fn snapshot(&self) -> FrameBudgetSnapshot {
         FrameBudgetSnapshot {
             held: 1,
+            answers: 1,
             total: 2,
             waits: 3,
         }

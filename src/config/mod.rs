@@ -58,9 +58,14 @@ pub struct Config {
     pub connections_max_idle_ms: u64,
     /// A frame that has started must arrive whole within this long.
     pub frame_read_timeout_ms: u64,
-    /// Bytes of request frames held at once across every connection (Kafka's
-    /// `queued.max.request.bytes`).
-    pub max_queued_request_bytes: usize,
+    /// Bytes of frames in transit held at once across every connection:
+    /// requests (Kafka's `queued.max.request.bytes`) and upstream responses
+    /// waiting for their clients. `None`: from the memory kshim may use
+    /// (`server::memory`).
+    pub max_queued_request_bytes: Option<usize>,
+    /// Bytes of answers a client has not taken above which kshim reads no
+    /// more of its requests.
+    pub max_unsent_response_bytes: usize,
     /// File descriptors kept back from client connections, for the store, the
     /// admin API and kshim's own upstream connections.
     pub descriptor_reserve: usize,
@@ -180,7 +185,8 @@ impl Default for Config {
             proxy_protocol_trusted: Vec::new(),
             connections_max_idle_ms: 600_000,
             frame_read_timeout_ms: 60_000,
-            max_queued_request_bytes: crate::server::default_queued_request_bytes(),
+            max_queued_request_bytes: None,
+            max_unsent_response_bytes: crate::server::DEFAULT_MAX_UNSENT_RESPONSE_BYTES,
             descriptor_reserve: 256,
             shutdown_delay_ms: 5_000,
             shutdown_grace_ms: 30_000,
@@ -293,7 +299,10 @@ impl Config {
                 c.frame_read_timeout_ms = v;
             }
             if let Some(v) = top.int::<usize>("max_queued_request_bytes", "a positive size") {
-                c.max_queued_request_bytes = v;
+                c.max_queued_request_bytes = Some(v);
+            }
+            if let Some(v) = top.int::<usize>("max_unsent_response_bytes", "a positive size") {
+                c.max_unsent_response_bytes = v;
             }
             if let Some(v) = top.int::<usize>("descriptor_reserve", "a count of descriptors") {
                 c.descriptor_reserve = v;
@@ -498,13 +507,21 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        if self.max_queued_request_bytes < self.max_frame_bytes {
+        if let Some(budget) = self.max_queued_request_bytes {
+            if budget < self.max_frame_bytes {
+                errors.push(ConfigError::new(
+                    "max_queued_request_bytes",
+                    format!(
+                        "{budget} is below max_frame_bytes ({}): a frame of the largest size could never be read",
+                        self.max_frame_bytes
+                    ),
+                ));
+            }
+        }
+        if self.max_unsent_response_bytes == 0 {
             errors.push(ConfigError::new(
-                "max_queued_request_bytes",
-                format!(
-                    "{} is below max_frame_bytes ({}): a frame of the largest size could never be read",
-                    self.max_queued_request_bytes, self.max_frame_bytes
-                ),
+                "max_unsent_response_bytes",
+                "must be at least 1",
             ));
         }
         if let Some(alter) = &self.alter_cluster {

@@ -121,13 +121,17 @@ pub enum Closure {
     FrameTimeout,
     /// A forwarded request was not answered within `upstream.request_timeout_ms`.
     UpstreamTimeout,
+    /// Answers waited and the client took none of them for
+    /// `connections_max_idle_ms`.
+    WriteStalled,
 }
 
 impl Closure {
-    const ALL: [Closure; 3] = [
+    const ALL: [Closure; 4] = [
         Closure::Idle,
         Closure::FrameTimeout,
         Closure::UpstreamTimeout,
+        Closure::WriteStalled,
     ];
 
     fn label(self) -> &'static str {
@@ -135,6 +139,7 @@ impl Closure {
             Closure::Idle => "idle",
             Closure::FrameTimeout => "frame_timeout",
             Closure::UpstreamTimeout => "upstream_timeout",
+            Closure::WriteStalled => "write_stalled",
         }
     }
 }
@@ -195,6 +200,8 @@ impl Histogram {
 pub struct FrameBudgetSnapshot {
     /// Bytes of request frames held now.
     pub held: usize,
+    /// Bytes of upstream responses held now for their clients.
+    pub answers: usize,
     /// The budget (`max_queued_request_bytes`).
     pub total: usize,
     /// Frames whose reading waited for the budget.
@@ -219,6 +226,8 @@ pub struct Metrics {
     connections_accepted: [AtomicU64; ListenerRoute::ALL.len()],
     connections_refused: [AtomicU64; ConnectionRefusal::ALL.len()],
     connections_closed: [AtomicU64; Closure::ALL.len()],
+    /// Times a connection stopped reading requests for answers its client had not taken.
+    connections_muted: AtomicU64,
     sasl_authentications: AtomicU64,
     reloads_applied: [AtomicU64; 2],
     reloads_refused: [AtomicU64; 2],
@@ -255,6 +264,7 @@ impl Metrics {
             connections_accepted: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_refused: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
+            connections_muted: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
             reloads_applied: std::array::from_fn(|_| AtomicU64::new(0)),
             reloads_refused: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -300,6 +310,12 @@ impl Metrics {
 
     pub fn connection_closed(&self, why: Closure) {
         self.connections_closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection stopped reading requests: its client has not taken answers
+    /// worth `max_unsent_response_bytes`.
+    pub fn connection_muted(&self) {
+        self.connections_muted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A client's SASL authentication that the upstream accepted.

@@ -121,6 +121,17 @@ impl Metrics {
             "reason",
             Closure::ALL.map(|w| (w.label(), load(&self.connections_closed[w as usize]))),
         );
+        header(
+            o,
+            "kshim_connections_muted_total",
+            "counter",
+            "Times a connection stopped reading requests because its client had not taken answers worth max_unsent_response_bytes.",
+        );
+        let _ = writeln!(
+            o,
+            "kshim_connections_muted_total {}",
+            load(&self.connections_muted)
+        );
         for (name, kind, help, value) in [
             (
                 "kshim_heap_allocated_bytes",
@@ -156,9 +167,16 @@ impl Metrics {
             let _ = writeln!(o, "kshim_queued_request_bytes {}", budget.held);
             header(
                 o,
+                "kshim_queued_response_bytes",
+                "gauge",
+                "Bytes of upstream responses held now until their clients take them.",
+            );
+            let _ = writeln!(o, "kshim_queued_response_bytes {}", budget.answers);
+            header(
+                o,
                 "kshim_queued_request_bytes_max",
                 "gauge",
-                "The global budget for request frame bytes (max_queued_request_bytes).",
+                "The global budget for frames in transit, requests and upstream responses (max_queued_request_bytes).",
             );
             let _ = writeln!(o, "kshim_queued_request_bytes_max {}", budget.total);
             header(

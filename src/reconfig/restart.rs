@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 33] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 34] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -97,6 +97,11 @@ pub(super) const RESTART_ONLY: [RestartOnly; 33] = [
         key: Some("frame_read_timeout_ms"),
         name: "frame_read_timeout_ms",
         same: |a, b| a.frame_read_timeout_ms == b.frame_read_timeout_ms,
+    },
+    RestartOnly {
+        key: Some("max_unsent_response_bytes"),
+        name: "max_unsent_response_bytes",
+        same: |a, b| a.max_unsent_response_bytes == b.max_unsent_response_bytes,
     },
     RestartOnly {
         key: Some("max_queued_request_bytes"),

@@ -1,14 +1,18 @@
-//! The bytes of request frames kshim holds at once, across every connection:
-//! frames being read (counted in full from their size prefix, before their body
-//! is buffered) and frames queued for an upstream broker until they are written.
-//! Kafka bounds the same with `queued.max.request.bytes`. When the budget is
-//! spent, connections stop reading new frames until bytes are given back; the
-//! frame that waits longest gets the next bytes (the semaphore is fair), so a
-//! large frame is not starved by small ones.
+//! The bytes of frames in transit that kshim holds at once, across every
+//! connection: request frames being read (counted in full from their size
+//! prefix, before their body is buffered) and queued for an upstream broker
+//! until they are written, and the brokers' responses from the moment their size
+//! prefix is read until they are written to their client. Kafka bounds the
+//! request side with `queued.max.request.bytes`; a proxy holds the responses as
+//! well, and a client that reads slowly must not make it hold more of them than
+//! the budget. When the budget is spent, connections stop reading new frames
+//! (from clients and from brokers) until bytes are given back; the frame that
+//! waits longest gets the next bytes (the semaphore is fair), so a large frame
+//! is not starved by small ones.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
@@ -18,6 +22,8 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 pub struct FrameBudget {
     bytes: Arc<Semaphore>,
     total: usize,
+    /// The part of what is held that is held for upstream responses.
+    answers: AtomicUsize,
     /// Frames that had to wait for bytes.
     waits: AtomicU64,
 }
@@ -29,6 +35,7 @@ impl FrameBudget {
         Arc::new(FrameBudget {
             bytes: Arc::new(Semaphore::new(total)),
             total,
+            answers: AtomicUsize::new(0),
             waits: AtomicU64::new(0),
         })
     }
@@ -37,9 +44,14 @@ impl FrameBudget {
         self.total
     }
 
-    /// Bytes held now.
+    /// Bytes held now, for requests and responses.
     pub fn held(&self) -> usize {
         self.total - self.bytes.available_permits()
+    }
+
+    /// Bytes held now for upstream responses.
+    pub fn held_for_answers(&self) -> usize {
+        self.answers.load(Ordering::Relaxed)
     }
 
     pub fn waits(&self) -> u64 {
@@ -49,8 +61,10 @@ impl FrameBudget {
 
 impl crate::metrics::FrameBudgetGauge for FrameBudget {
     fn snapshot(&self) -> crate::metrics::FrameBudgetSnapshot {
+        let answers = self.held_for_answers();
         crate::metrics::FrameBudgetSnapshot {
-            held: self.held(),
+            held: self.held().saturating_sub(answers),
+            answers,
             total: self.total(),
             waits: self.waits(),
         }
@@ -65,14 +79,37 @@ pub struct Reservation {
     budget: Arc<FrameBudget>,
     held: usize,
     waiting: Option<(usize, Acquiring)>,
+    /// Held for upstream responses (counted apart in the metrics).
+    for_answers: bool,
 }
 
 impl Reservation {
+    /// A connection's share for the request frames it reads.
     pub fn new(budget: &Arc<FrameBudget>) -> Reservation {
         Reservation {
             budget: Arc::clone(budget),
             held: 0,
             waiting: None,
+            for_answers: false,
+        }
+    }
+
+    /// A connection's share for the upstream responses it holds for its client.
+    pub fn for_answers(budget: &Arc<FrameBudget>) -> Reservation {
+        let mut reservation = Reservation::new(budget);
+        reservation.for_answers = true;
+        reservation
+    }
+
+    /// The largest number of bytes that can ever be granted at once.
+    pub fn most(&self) -> usize {
+        self.budget.total
+    }
+
+    fn took(&mut self, n: usize) {
+        self.held += n;
+        if self.for_answers {
+            self.budget.answers.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -92,7 +129,7 @@ impl Reservation {
             match Arc::clone(&self.budget.bytes).try_acquire_many_owned(want) {
                 Ok(permit) => {
                     permit.forget();
-                    self.held += n;
+                    self.took(n);
                     return Poll::Ready(());
                 }
                 Err(_) => {
@@ -106,7 +143,7 @@ impl Reservation {
         match acquiring.as_mut().poll(cx) {
             Poll::Ready(Ok(permit)) => {
                 permit.forget();
-                self.held += n;
+                self.took(n);
                 self.waiting = None;
                 Poll::Ready(())
             }
@@ -120,6 +157,9 @@ impl Reservation {
         let n = n.min(self.held);
         if n > 0 {
             self.held -= n;
+            if self.for_answers {
+                self.budget.answers.fetch_sub(n, Ordering::Relaxed);
+            }
             self.budget.bytes.add_permits(n);
         }
     }
@@ -155,6 +195,24 @@ mod tests {
         assert_eq!(budget.held(), 40);
         b.give_back(1_000);
         assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn answers_share_the_budget_and_are_counted_apart() {
+        let budget = FrameBudget::new(100);
+        let mut cx = Context::from_waker(noop_waker_ref());
+        let mut requests = Reservation::new(&budget);
+        let mut answers = Reservation::for_answers(&budget);
+        assert!(requests.poll_take(30, &mut cx).is_ready());
+        assert!(answers.poll_take(60, &mut cx).is_ready());
+        assert!(requests.poll_take(20, &mut cx).is_pending());
+        assert_eq!(budget.held_for_answers(), 60);
+        use crate::metrics::FrameBudgetGauge;
+        let snapshot = budget.snapshot();
+        assert_eq!((snapshot.held, snapshot.answers), (40, 60));
+        drop(answers);
+        assert_eq!(budget.held_for_answers(), 0);
+        assert!(requests.poll_take(20, &mut cx).is_ready());
     }
 
     #[test]

@@ -12,9 +12,17 @@
 //!
 //! Backpressure: a frame is read only when the connection has room for it (fewer
 //! than `max_in_flight` requests waiting for a reply or, with no reply due, for
-//! their turn on the upstream socket; the upstream queue under its byte bound)
+//! their turn on the upstream socket; the upstream queue under its byte bound;
+//! the answers the client has not taken yet under `max_unsent_response_bytes`)
 //! and the global frame budget has its bytes. Otherwise the client's socket is
-//! left unread, and TCP slows the client down.
+//! left unread, and TCP slows the client down: as a Kafka broker mutes a channel
+//! while a response is unsent, a client that writes requests and never reads
+//! costs kshim its bound and no more. An upstream response is taken off the
+//! broker's socket only under the same bound (one answer more when it is the
+//! one the client waits for next) and with bytes of the global budget, which it
+//! holds until written; the broker's socket to a slow client is its own, so no
+//! other client waits for it. A client that takes none of its answers for
+//! `connections_max_idle_ms` is closed (`write_stalled`).
 
 use super::budget::Reservation;
 use super::Limits;
@@ -41,6 +49,11 @@ use tokio::time::Sleep;
 /// frame is read from the client.
 const MAX_LINK_QUEUE_BYTES: usize = 1 << 20;
 
+/// Requests one connection reads in one turn on the runtime before it lets the
+/// other connections run: a client that pipelines hundreds of requests must not
+/// keep a runtime thread from everyone else while it answers them all.
+const FRAMES_PER_TURN: usize = 16;
+
 /// How long a closing connection may take to write the replies it has.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
 
@@ -66,9 +79,21 @@ impl Timing {
 enum Reply {
     /// A response frame with its size prefix (built by kshim).
     Prefixed(Bytes),
-    /// A response frame without its size prefix (from the upstream).
-    Unprefixed(Bytes),
+    /// A response frame without its size prefix (from the upstream), with the
+    /// bytes of the global budget it holds until written.
+    Unprefixed(Bytes, u32),
     Close(String),
+}
+
+impl Reply {
+    /// Bytes it will take in the outbox.
+    fn unsent_bytes(&self) -> usize {
+        match self {
+            Reply::Prefixed(frame) => frame.len(),
+            Reply::Unprefixed(frame, _) => 4 + frame.len(),
+            Reply::Close(_) => 0,
+        }
+    }
 }
 
 /// Where one request's reply stands.
@@ -109,6 +134,10 @@ pub(super) async fn run<S>(
         laters: 0,
         link: None,
         reservation: Reservation::new(&limits.budget),
+        answers: Reservation::for_answers(&limits.budget),
+        ready_bytes: 0,
+        muted: false,
+        last_written: Instant::now(),
         queued_held: 0,
         upstream_ended: None,
         reading: true,
@@ -153,6 +182,16 @@ struct Connection<'a, S> {
     reservation: Reservation,
     /// The part of `reservation` held for frames queued on the link.
     queued_held: usize,
+    /// The global budget's bytes held by upstream responses until written.
+    answers: Reservation,
+    /// Bytes of the replies that are ready and not yet in the outbox.
+    ready_bytes: usize,
+    /// Whether reading stopped for answers the client has not taken.
+    muted: bool,
+    /// When the outbox last wrote bytes, or last had a reply queued while
+    /// empty: a client that takes none of its answers for the idle timeout is
+    /// closed.
+    last_written: Instant,
     reading: bool,
     last_activity: Instant,
     /// The idle, unfinished-frame and upstream deadlines share one timer. It is
@@ -171,6 +210,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     /// Makes every step that can be made now; resolves with the reason the
     /// connection ends.
     fn poll_serve(&mut self, cx: &mut TaskContext<'_>) -> Poll<String> {
+        let mut frames_this_turn = 0;
         loop {
             let mut progress = false;
             if self.upstream_ended.is_none() {
@@ -183,10 +223,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                 return Poll::Ready(why);
             }
             let before = self.out.bytes();
-            match self.out.poll_write(&mut self.io, cx, |_, _| {}) {
+            let answers = &mut self.answers;
+            let written = |held: u32, _| answers.give_back(held as usize);
+            match self.out.poll_write(&mut self.io, cx, written) {
                 Poll::Ready(Err(e)) => return Poll::Ready(format!("write failed: {e}")),
                 _ if self.out.bytes() != before => {
-                    self.last_activity = Instant::now();
+                    let now = Instant::now();
+                    self.last_activity = now;
+                    self.last_written = now;
                     progress = true;
                 }
                 _ => {}
@@ -196,8 +240,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     return Poll::Ready(why.clone());
                 }
             }
-            if let Err(why) = self.poll_requests(cx, &mut progress) {
+            if let Err(why) = self.poll_requests(cx, &mut progress, &mut frames_this_turn) {
                 return Poll::Ready(why);
+            }
+            if frames_this_turn >= FRAMES_PER_TURN {
+                // Its turn is over; the replies go out at the start of the next one.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             if !self.reading
                 && self.slots.is_empty()
@@ -225,12 +274,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         cx: &mut TaskContext<'_>,
         progress: &mut bool,
     ) -> Result<(), String> {
-        let Some(link) = self.link.as_mut() else {
+        if self.link.is_none() {
             return Ok(());
-        };
+        }
         let mut written = 0;
         loop {
-            match link.poll_response(cx, |n| written += n) {
+            let may_take = self.may_take_response();
+            let Some(link) = self.link.as_mut() else {
+                return Ok(());
+            };
+            let answers = &mut self.answers;
+            let most = answers.most();
+            let grant = |n: usize, cx: &mut TaskContext<'_>| {
+                if may_take {
+                    answers.poll_take(n.min(most), cx)
+                } else {
+                    // Woken when the client takes answers (the outbox's write).
+                    Poll::Pending
+                }
+            };
+            match link.poll_response(cx, |n| written += n, grant) {
                 Poll::Pending => break,
                 Poll::Ready(Err(e)) => return Err(format!("the upstream connection ended: {e}")),
                 Poll::Ready(Ok(frame)) => {
@@ -244,18 +307,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                         return Err("an upstream response for a request answered already".into());
                     };
                     let delay = then.delay;
+                    // What the grant took for it (the budget caps a grant at its total).
+                    let held = frame.len().min(self.answers.most());
                     entry.slot = match (self.session.response(then, frame), delay) {
                         (Ok(frame), None) => {
-                            Slot::Ready(Reply::Unprefixed(frame), Outcome::Forwarded)
+                            let reply = Reply::Unprefixed(frame, held as u32);
+                            self.ready_bytes += reply.unsent_bytes();
+                            Slot::Ready(reply, Outcome::Forwarded)
                         }
                         (Ok(frame), Some(delay)) => {
+                            // A lab delay: the answer waits in a timer, outside the budget.
+                            self.answers.give_back(held);
                             self.laters += 1;
                             Slot::Later(Box::pin(async move {
                                 tokio::time::sleep(delay).await;
                                 Action::Respond(prefixed(&frame))
                             }))
                         }
-                        (Err(why), _) => Slot::Ready(Reply::Close(why), Outcome::Forwarded),
+                        (Err(why), _) => {
+                            self.answers.give_back(held);
+                            Slot::Ready(Reply::Close(why), Outcome::Forwarded)
+                        }
                     };
                 }
             }
@@ -284,8 +356,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             self.laters -= 1;
             *progress = true;
             entry.slot = match action {
-                Action::Respond(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Answered),
-                Action::Refused(frame) => Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected),
+                Action::Respond(frame) => {
+                    self.ready_bytes += frame.len();
+                    Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)
+                }
+                Action::Refused(frame) => {
+                    self.ready_bytes += frame.len();
+                    Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected)
+                }
                 Action::Close(why) => Slot::Ready(Reply::Close(why), Outcome::Rejected),
                 other => Slot::Ready(
                     Reply::Close(format!("a deferred answer cannot be {other:?}")),
@@ -314,6 +392,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             };
             self.front_seq += 1;
             *progress = true;
+            self.ready_bytes -= reply.unsent_bytes();
+            if self.out.is_empty() {
+                self.last_written = Instant::now();
+            }
             let metrics = self.session.metrics();
             metrics.request(
                 timing.api_key,
@@ -326,14 +408,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     metrics.sent(frame.len());
                     self.out.push_prefixed(frame, 0, timing.read_at);
                 }
-                Reply::Unprefixed(frame) => {
+                Reply::Unprefixed(frame, held) => {
                     metrics.sent(frame.len() + 4);
-                    self.out.push_unprefixed(frame, 0, timing.read_at);
+                    self.out.push_unprefixed(frame, held, timing.read_at);
                 }
                 Reply::Close(why) => return Some(why),
             }
         }
         None
+    }
+
+    /// Answers ready or written in part that the client has not taken.
+    fn unsent_answers(&self) -> usize {
+        self.out.bytes() + self.ready_bytes
+    }
+
+    /// Whether the next upstream response may be taken off the broker's
+    /// socket: while the client's unsent answers are under the bound, or, when
+    /// it is the answer the client waits for next, while the outbox is.
+    fn may_take_response(&self) -> bool {
+        let bound = self.limits.max_unsent_response_bytes;
+        let next_is_front = self.awaiting.front() == Some(&self.front_seq);
+        self.unsent_answers() < bound || (next_is_front && self.out.bytes() < bound)
     }
 
     /// Whether a new frame may be read now.
@@ -345,6 +441,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         self.reading
             && self.slots.len() + unanswered < self.limits.max_in_flight
             && queued < MAX_LINK_QUEUE_BYTES
+            && self.unsent_answers() < self.limits.max_unsent_response_bytes
+    }
+
+    /// Counts each time the client's unsent answers stop the reading.
+    fn note_muted(&mut self) {
+        let muted = self.unsent_answers() >= self.limits.max_unsent_response_bytes;
+        if muted && !self.muted {
+            self.session.metrics().connection_muted();
+        }
+        self.muted = muted;
     }
 
     /// Reads and acts on the client's requests while there is room for them.
@@ -352,8 +458,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         &mut self,
         cx: &mut TaskContext<'_>,
         progress: &mut bool,
+        frames_this_turn: &mut usize,
     ) -> Result<(), String> {
-        while self.has_room() {
+        self.note_muted();
+        while self.has_room() && *frames_this_turn < FRAMES_PER_TURN {
             let reservation = &mut self.reservation;
             let frame = match self
                 .frames
@@ -369,6 +477,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                 Poll::Ready(Ok(Some(frame))) => frame,
             };
             *progress = true;
+            *frames_this_turn += 1;
             let now = Instant::now();
             self.last_activity = now;
             let size = frame.len();
@@ -393,14 +502,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             };
             let timing = Timing::of(&request.header, now);
             let (slot, kept) = match self.session.request(request, now) {
-                Action::Respond(frame) => (
-                    Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)),
-                    0,
-                ),
-                Action::Refused(frame) => (
-                    Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected)),
-                    0,
-                ),
+                Action::Respond(frame) => {
+                    self.ready_bytes += frame.len();
+                    (
+                        Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)),
+                        0,
+                    )
+                }
+                Action::Refused(frame) => {
+                    self.ready_bytes += frame.len();
+                    (
+                        Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected)),
+                        0,
+                    )
+                }
                 Action::Close(why) => (Some(Slot::Ready(Reply::Close(why), Outcome::Rejected)), 0),
                 Action::Later(answer) => {
                     self.laters += 1;
@@ -414,6 +529,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             if let Some(slot) = slot {
                 self.slots.push_back(Entry { timing, slot });
             }
+            self.note_muted();
         }
         Ok(())
     }
@@ -468,6 +584,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         let partial = self.frames.partial_since().filter(|_| self.has_room());
         let upstream = self.link.as_ref().and_then(|l| l.oldest());
         let idle = self.slots.is_empty() && self.out.is_empty() && upstream.is_none();
+        // While the client leaves its answers untaken, the broker's answers wait
+        // for the client, not the other way round.
+        let upstream = upstream.filter(|_| self.may_take_response());
         let mut due: Option<(Instant, Closure)> = None;
         let mut consider = |at: Instant, why: Closure| {
             if due.is_none_or(|(d, _)| at < d) {
@@ -482,6 +601,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         }
         if idle {
             consider(self.last_activity + limits.idle_timeout, Closure::Idle);
+        }
+        if !self.out.is_empty() {
+            consider(
+                self.last_written + limits.idle_timeout,
+                Closure::WriteStalled,
+            );
         }
         if let Some((at, why)) = due {
             if now >= at {
@@ -501,6 +626,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     }
                     Closure::Idle => format!(
                         "idle for {:?} (connections_max_idle_ms)",
+                        limits.idle_timeout
+                    ),
+                    Closure::WriteStalled => format!(
+                        "the client took none of its answers for {:?} (connections_max_idle_ms)",
                         limits.idle_timeout
                     ),
                 });

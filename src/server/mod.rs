@@ -6,6 +6,7 @@ pub mod admission;
 pub mod budget;
 mod connection;
 mod handshake;
+pub mod memory;
 pub mod proxy_protocol;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
@@ -20,6 +21,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
+
+/// The default bound on the answers one client has not taken: in the order of
+/// a Kafka broker's socket buffers, and Envoy's default per-connection buffer.
+pub const DEFAULT_MAX_UNSENT_RESPONSE_BYTES: usize = 1 << 20;
 
 /// How long a client has to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,7 +53,8 @@ pub struct Limits {
     /// Client connections across every listener, within the descriptor budget.
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
-    pub max_connections_per_ip_overrides: HashMap<IpAddr, usize>,
+    /// Shared by every connection, never copied per connection.
+    pub max_connections_per_ip_overrides: Arc<HashMap<IpAddr, usize>>,
     /// A connection with no request in flight and none arriving for this long
     /// is closed.
     pub idle_timeout: Duration,
@@ -56,6 +62,9 @@ pub struct Limits {
     pub frame_timeout: Duration,
     /// Requests read ahead of their responses on one connection.
     pub max_in_flight: usize,
+    /// Bytes of answers a client has not taken above which its connection
+    /// reads no further request.
+    pub max_unsent_response_bytes: usize,
     /// How long shutdown waits for connections to finish their requests.
     pub shutdown_grace: Duration,
     /// A forwarded request unanswered for this long closes its connection.
@@ -126,13 +135,17 @@ impl Default for Limits {
             max_connections: 10_000,
             proxy_protocol: ProxyProtocol::default(),
             max_connections_per_ip: usize::MAX,
-            max_connections_per_ip_overrides: HashMap::new(),
+            max_connections_per_ip_overrides: Arc::default(),
             idle_timeout: Duration::from_secs(600),
             frame_timeout: Duration::from_secs(60),
             max_in_flight: 64,
+            max_unsent_response_bytes: DEFAULT_MAX_UNSENT_RESPONSE_BYTES,
             shutdown_grace: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
-            budget: FrameBudget::new(default_queued_request_bytes()),
+            budget: FrameBudget::new(memory::default_frame_budget(
+                crate::protocol::DEFAULT_MAX_FRAME_BYTES,
+                &memory::memory_limit(),
+            )),
         }
     }
 }
@@ -143,23 +156,9 @@ impl Limits {
         Admission::new(
             self.max_connections,
             self.max_connections_per_ip,
-            self.max_connections_per_ip_overrides.clone(),
+            (*self.max_connections_per_ip_overrides).clone(),
         )
     }
-}
-
-/// The default global frame budget: a tenth of the machine's memory, at least
-/// two of the largest frames.
-pub fn default_queued_request_bytes() -> usize {
-    let memory = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        })
-        .unwrap_or(4 << 30);
-    (memory / 10).max(2 * crate::protocol::DEFAULT_MAX_FRAME_BYTES)
 }
 
 fn listener_route(route: Route) -> crate::metrics::ListenerRoute {
@@ -289,6 +288,8 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let tracker = TaskTracker::new();
+    // One copy for every connection of this listener.
+    let limits = Arc::new(limits);
     loop {
         tokio::select! {
             _ = stopped(&mut shutdown) => break,
@@ -313,7 +314,7 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 crate::client::keepalive(&stream);
                 let ctx = Arc::clone(&ctx);
-                let limits = limits.clone();
+                let limits = Arc::clone(&limits);
                 let shutdown = shutdown.clone();
                 let admission = Arc::clone(&admission);
                 let tls = tls.as_ref().map(|cell| cell.current());

@@ -59,8 +59,8 @@ pub enum UnknownApiKeys {
 static CONNECT_FAILURES: PerCauseLimit = PerCauseLimit::new(Duration::from_secs(60));
 
 /// Outbox tags: whether a queued request waits for a response.
-const ANSWERED: u8 = 1;
-const UNANSWERED: u8 = 0;
+const ANSWERED: u32 = 1;
+const UNANSWERED: u32 = 0;
 
 enum State {
     Connecting(BoxFuture<'static, Result<(Stream, String), UpstreamError>>),
@@ -145,11 +145,15 @@ impl UpstreamLink {
 
     /// Connects, writes what is queued, and yields the next response (a frame
     /// without its size prefix). `sent` hears of each request frame written
-    /// whole, with its size. An error ends the link: every later poll returns it.
+    /// whole, with its size. `grant` is asked for each response's size before
+    /// its body is buffered; while it is pending, the response waits in the
+    /// socket (the broker's side of a client that does not read). An error ends
+    /// the link: every later poll returns it.
     pub fn poll_response(
         &mut self,
         cx: &mut Context<'_>,
         mut sent: impl FnMut(usize),
+        grant: impl FnMut(usize, &mut Context<'_>) -> Poll<()>,
     ) -> Poll<Result<Bytes, UpstreamError>> {
         if let State::Connecting(connecting) = &mut self.state {
             match connecting.as_mut().poll(cx) {
@@ -191,10 +195,7 @@ impl UpstreamLink {
         };
         let e = match self.outbox.poll_write(stream, cx, written) {
             Poll::Ready(Err(e)) => broken(e.to_string()),
-            _ => match self
-                .responses
-                .poll_frame(stream, cx, |_, _| Poll::Ready(()))
-            {
+            _ => match self.responses.poll_frame(stream, cx, grant) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => broken(e.to_string()),
                 // The broker closing the connection (connections.max.idle.ms on

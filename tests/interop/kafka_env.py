@@ -306,6 +306,61 @@ def api_versions_request(version: int = 3, software: tuple[str, str] = ("kshim-i
     return header + body + b"\x00"
 
 
+# Raw request frames, for tests that need bytes no client would send.
+
+
+def record_batch(count: int, value_size: int) -> bytes:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, batch_size=1 << 30)
+    now_ms = int(time.time() * 1000)
+    for i in range(count):
+        builder.append(i, timestamp=now_ms, key=None, value=b"x" * value_size, headers=[])
+    return bytes(builder.build())
+
+
+def produce_v7(correlation_id: int, topic: str, acks: int, batch: bytes) -> bytes:
+    """A Produce v7 request frame, size prefix included."""
+    client = b"stress"
+    body = struct.pack(">hhih", 0, 7, correlation_id, len(client)) + client
+    body += struct.pack(">hhi", -1, acks, 30000)  # null transactional id, acks, timeout
+    body += struct.pack(">ih", 1, len(topic)) + topic.encode()
+    body += struct.pack(">iii", 1, 0, len(batch)) + batch
+    return struct.pack(">i", len(body)) + body
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+    return _recv_exact(sock, size)
+
+
+def metadata_v12(correlation_id: int, topic: str | None = None) -> bytes:
+    """A Metadata v12 request, size prefix included: for every topic, or for `topic`,
+    which the broker creates if it does not exist."""
+    header = struct.pack(">hhih", 3, 12, correlation_id, 6) + b"stress" + b"\x00"
+    if topic is None:
+        # Null topic array, no auto-creation, no authorized operations, no tags.
+        body = b"\x00\x00\x00\x00"
+    else:
+        entry = bytes(16) + encode_compact_string(topic) + b"\x00"
+        body = encode_uvarint(2) + entry + b"\x01\x00\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def fetch_v12(correlation_id: int, topic: str, partition_max_bytes: int, offset: int = 0) -> bytes:
+    """A Fetch v12 request for one partition (0) of `topic` from `offset`, with no fetch
+    session and no wait, size prefix included."""
+    header = struct.pack(">hhih", 1, 12, correlation_id, 6) + b"stress" + b"\x00"
+    # replica id, max wait, min bytes, max bytes, isolation level, session id and epoch
+    body = struct.pack(">iiiibii", -1, 0, 0, partition_max_bytes, 0, 0, -1)
+    partition = struct.pack(">iiqiqi", 0, -1, offset, -1, -1, partition_max_bytes) + b"\x00"
+    body += encode_uvarint(2) + encode_compact_string(topic) + encode_uvarint(2) + partition + b"\x00"
+    body += b"\x01" + b"\x01" + b"\x00"  # no forgotten topics, empty rack id, no tags
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
 def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3,
                  software: tuple[str, str] = ("kshim-interop", "0"),
                  tls: "ssl.SSLContext | None" = None) -> ApiVersionsInfo:

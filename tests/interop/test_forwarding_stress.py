@@ -101,32 +101,8 @@ def metric(admin: kafka_env.AdminApi, name: str, labels: str = "") -> float:
 # Raw Produce frames
 # ---------------------------------------------------------------------------
 
-
-def record_batch(count: int, value_size: int) -> bytes:
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1,
-        base_sequence=-1, batch_size=1 << 30)
-    now_ms = int(time.time() * 1000)
-    for i in range(count):
-        builder.append(i, timestamp=now_ms, key=None, value=b"x" * value_size, headers=[])
-    return bytes(builder.build())
-
-
-def produce_v7(correlation_id: int, topic: str, acks: int, batch: bytes) -> bytes:
-    """A Produce v7 request frame, size prefix included."""
-    client = b"stress"
-    body = struct.pack(">hhih", 0, 7, correlation_id, len(client)) + client
-    body += struct.pack(">hhi", -1, acks, 30000)  # null transactional id, acks, timeout
-    body += struct.pack(">ih", 1, len(topic)) + topic.encode()
-    body += struct.pack(">iii", 1, 0, len(batch)) + batch
-    return struct.pack(">i", len(body)) + body
-
-
-def read_frame(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", kafka_env._recv_exact(sock, 4))[0]
-    return kafka_env._recv_exact(sock, size)
+record_batch, produce_v7, read_frame = kafka_env.record_batch, kafka_env.produce_v7, kafka_env.read_frame
+metadata_v12 = kafka_env.metadata_v12
 
 
 def produce_error(sock: socket.socket, topic: str, correlation_id: int) -> int:
@@ -138,19 +114,6 @@ def produce_error(sock: socket.socket, topic: str, correlation_id: int) -> int:
     name_len = struct.unpack(">h", response[8:10])[0]
     pos = 10 + name_len + 4  # topic name, partition count
     return struct.unpack(">h", response[pos + 4:pos + 6])[0]
-
-
-def metadata_v12(correlation_id: int, topic: str | None = None) -> bytes:
-    """A Metadata v12 request, size prefix included: for every topic, or for `topic`,
-    which the broker creates if it does not exist."""
-    header = struct.pack(">hhih", 3, 12, correlation_id, 6) + b"stress" + b"\x00"
-    if topic is None:
-        # Null topic array, no auto-creation, no authorized operations, no tags.
-        body = b"\x00\x00\x00\x00"
-    else:
-        entry = bytes(16) + kafka_env.encode_compact_string(topic) + b"\x00"
-        body = kafka_env.encode_uvarint(2) + entry + b"\x01\x00\x00"
-    return struct.pack(">i", len(header) + len(body)) + header + body
 
 
 def produce_until_ok(bootstrap: str, topic: str, timeout: float) -> socket.socket:

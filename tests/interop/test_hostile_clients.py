@@ -1,0 +1,355 @@
+"""Clients that misbehave cost kshim its stated bounds and no more, and never delay a
+well-behaved client beside them (docs/security.md, "What one peer can hold").
+
+- A connection that writes requests back to back and never reads: ApiVersions standalone, in
+  plaintext and TLS, and Metadata v12 and Fetch forwarded to a real Apache Kafka node. kshim
+  stops reading it once its client has left `max_unsent_response_bytes` of answers untaken
+  (counted in `kshim_connections_muted_total`), so its RSS and heap stay flat while the client
+  writes; a second client's ApiVersions are answered within 10 ms at p99 throughout (or within
+  a small multiple of the same client's p99 measured alone in the same run, on a machine too
+  busy for 10 ms); the connection is closed after `connections_max_idle_ms` and counted as
+  `write_stalled`.
+- A client that reads its answers a little at a time holds no more than one that never reads.
+- Many connections from one address, each pipelining without reading, hold their bounds each.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import ssl
+import statistics
+import subprocess
+import struct
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import kafka_env
+import tls_support
+
+MIB = 1 << 20
+TOKEN = "hostile-" + uuid.uuid4().hex
+# How long the hostile client writes, and the idle timeout that then closes it.
+WRITE_SECONDS = 3.0
+MAX_WRITE_SECONDS = 20.0
+IDLE_MS = 8000
+# What kshim may grow by while a client pipelines: its bound (1 MiB), the socket's and the
+# allocator's pages, and what the first connections warm up.
+RSS_GROWTH_LIMIT_MIB = 8
+HEAP_GROWTH_LIMIT_MIB = 3
+P99_LIMIT_S = 0.010
+
+
+def admin_table(port: int) -> str:
+    return f'[admin]\nlisten = "127.0.0.1:{port}"\ntoken = "{TOKEN}"\n'
+
+
+def metrics_text(admin: kafka_env.AdminApi) -> str:
+    status, text = admin.call("GET", "/metrics")
+    assert status == 200, text
+    return str(text)
+
+
+def metric(admin: kafka_env.AdminApi, name: str, labels: str = "") -> float:
+    found = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", metrics_text(admin), re.M)
+    assert found, f"{name}{labels} not in /metrics"
+    return float(found.group(1))
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class Pipeliner(threading.Thread):
+    """Writes `frame` (size prefix included) back to back for `seconds` and reads nothing, or
+    with `read_per_second`, that many bytes a second in small reads. The socket is non-blocking,
+    so that a write the kernel takes in part goes on where it stopped."""
+
+    def __init__(self, sock: socket.socket, frame: bytes, seconds: float, read_per_second: int = 0):
+        super().__init__(daemon=True)
+        self.sock = sock
+        self.frame_len = len(frame)
+        self.chunk = memoryview(frame * max(1, 65536 // len(frame)))
+        self.seconds = seconds
+        self.read_per_second = read_per_second
+        self.stop = threading.Event()
+        self.written = 0
+        self.taken = 0
+        self.error: str | None = None
+
+    @property
+    def sent(self) -> int:
+        """Requests written whole."""
+        return self.written // self.frame_len
+
+    def run(self) -> None:
+        self.sock.setblocking(False)
+        deadline = time.monotonic() + self.seconds
+        next_read = time.monotonic()
+        offset = 0
+        try:
+            while time.monotonic() < deadline and not self.stop.is_set():
+                try:
+                    n = self.sock.send(self.chunk[offset:offset + 16384])
+                    self.written += n
+                    offset = (offset + n) % len(self.chunk)
+                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    time.sleep(0.01)
+                if self.read_per_second and time.monotonic() >= next_read:
+                    next_read += 0.1
+                    try:
+                        self.taken += len(self.sock.recv(self.read_per_second // 10))
+                    except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                        pass
+        except OSError as e:
+            self.error = f"{type(e).__name__}: {e}"
+
+
+PROBE = r"""
+import json, socket, ssl, struct, sys, time
+host, port, seconds, cafile = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+frame = bytes.fromhex(sys.argv[5])
+raw = socket.create_connection((host, port), timeout=5)
+if cafile:
+    context = ssl.create_default_context(cafile=cafile)
+    context.check_hostname = False
+    raw = context.wrap_socket(raw, server_hostname=host)
+raw.settimeout(5)
+def exact(n):
+    out = b""
+    while len(out) < n:
+        chunk = raw.recv(n - len(out))
+        if not chunk:
+            raise SystemExit("closed")
+        out += chunk
+    return out
+latencies = []
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline:
+    started = time.perf_counter()
+    raw.sendall(frame)
+    (size,) = struct.unpack(">i", exact(4))
+    exact(size)
+    latencies.append(time.perf_counter() - started)
+    time.sleep(0.005)
+print(json.dumps(latencies))
+"""
+
+
+class LatencyProbe:
+    """A well-behaved client in a process of its own (the test's threads share one
+    interpreter lock): one connection, one ApiVersions v3 every 5 ms, each timed."""
+
+    def __init__(self, bootstrap: str, seconds: float, cafile: Path | None = None):
+        host, port = kafka_env.split_hostport(bootstrap)
+        frame = kafka_env.api_versions_request(3, ("well-behaved", "1"))
+        frame = struct.pack(">i", len(frame)) + frame
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PROBE, host, str(port), str(seconds), str(cafile or ""), frame.hex()],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        self.seconds = seconds
+        self.latencies: list[float] = []
+
+    def p99(self) -> float:
+        out, err = self.proc.communicate(timeout=self.seconds + 30)
+        assert self.proc.returncode == 0, f"the well-behaved client failed: {err[-2000:]}"
+        self.latencies = json.loads(out)
+        assert len(self.latencies) >= 50, f"only {len(self.latencies)} answers"
+        return statistics.quantiles(self.latencies, n=100)[98]
+
+
+def quiet_p99(bootstrap: str, cafile: Path | None = None) -> float:
+    return LatencyProbe(bootstrap, 1.5, cafile).p99()
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether kshim has closed the connection, seen without reading what waits in it: the
+    socket's TCP state (tcp_info's first byte) is CLOSE (7, after a reset) or CLOSE_WAIT (8,
+    after a FIN)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] in (7, 8)
+
+
+def hold_without_reading(proc: kafka_env.KshimProcess, admin: kafka_env.AdminApi, frame: bytes, what: str,
+                         *, cafile: Path | None = None, read_per_second: int = 0) -> None:
+    """The whole check for one kind of request: see the module's docstring."""
+    host, port = kafka_env.split_hostport(proc.bootstrap)
+    baseline_p99 = quiet_p99(proc.bootstrap, cafile)
+    muted_before = metric(admin, "kshim_connections_muted_total")
+    stalled_before = metric(admin, "kshim_connections_closed_total", '{reason="write_stalled"}')
+    rss_before = rss_mib(proc.pid)
+    heap_before = metric(admin, "kshim_heap_allocated_bytes")
+    raw = socket.create_connection((host, port), timeout=5)
+    # A small receive buffer, so that what the kernel holds for the client is not what it reads.
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    context = client_tls(cafile)
+    sock = context.wrap_socket(raw, server_hostname=host) if context else raw
+    # It writes until kshim has stopped reading it and for WRITE_SECONDS more: the kernel's
+    # socket buffers (megabytes on loopback) take a slow upstream's answers first.
+    hostile = Pipeliner(sock, frame, MAX_WRITE_SECONDS, read_per_second)
+    probe = LatencyProbe(proc.bootstrap, WRITE_SECONDS, cafile)
+    hostile.start()
+    rss_peak = rss_before
+    heap_peak = heap_before
+    muted_at = None
+    while hostile.is_alive():
+        rss_peak = max(rss_peak, rss_mib(proc.pid))
+        heap_peak = max(heap_peak, metric(admin, "kshim_heap_allocated_bytes"))
+        if muted_at is None and metric(admin, "kshim_connections_muted_total") > muted_before:
+            muted_at = time.monotonic()
+        if muted_at is not None and time.monotonic() > muted_at + WRITE_SECONDS:
+            hostile.stop.set()
+        time.sleep(0.2)
+    assert hostile.error is None, f"{what}: the hostile client failed while writing: {hostile.error}"
+    p99 = probe.p99()
+    rss_growth = rss_peak - rss_before
+    heap_growth = (heap_peak - heap_before) / MIB
+    print(f"{what}: {hostile.sent} requests written, {hostile.taken} bytes read; kshim's RSS "
+          f"+{rss_growth:.1f} MiB, heap +{heap_growth:.2f} MiB; the other client's p99 "
+          f"{p99 * 1000:.2f} ms (alone {baseline_p99 * 1000:.2f} ms)", file=sys.stderr)
+    assert metric(admin, "kshim_connections_muted_total") > muted_before, f"{what}: never muted"
+    assert rss_growth <= RSS_GROWTH_LIMIT_MIB, f"{what}: kshim's RSS grew by {rss_growth:.1f} MiB"
+    assert heap_growth <= HEAP_GROWTH_LIMIT_MIB, f"{what}: kshim's heap grew by {heap_growth:.2f} MiB"
+    assert p99 <= max(P99_LIMIT_S, 3 * baseline_p99), (
+        f"{what}: a well-behaved client's ApiVersions p99 was {p99 * 1000:.1f} ms beside it "
+        f"(alone: {baseline_p99 * 1000:.1f} ms)")
+    if read_per_second:
+        sock.close()
+        return
+    # Nothing taken for connections_max_idle_ms: closed, and counted.
+    assert kafka_env.wait_until(
+        lambda: metric(admin, "kshim_connections_closed_total", '{reason="write_stalled"}') > stalled_before,
+        timeout=IDLE_MS / 1000 + 5), f"{what}: not closed as write_stalled after the idle timeout"
+    assert kafka_env.wait_until(lambda: closed_by_peer(sock), timeout=5), f"{what}: still open"
+    sock.close()
+    assert kafka_env.wait_until(lambda: metric(admin, "kshim_heap_allocated_bytes") < heap_before + MIB,
+                                timeout=5), f"{what}: the heap did not come back"
+
+
+def api_versions_frame() -> bytes:
+    frame = kafka_env.api_versions_request(3, ("hostile", "1"))
+    return struct.pack(">i", len(frame)) + frame
+
+
+def client_tls(cafile: Path | None) -> ssl.SSLContext | None:
+    if cafile is None:
+        return None
+    context = ssl.create_default_context(cafile=str(cafile))
+    context.check_hostname = False
+    return context
+
+
+def standalone(kshim_factory, extra: str = "", cafile: Path | None = None,
+               ) -> tuple[kafka_env.KshimProcess, kafka_env.AdminApi]:
+    admin_port = kafka_env.free_port()
+    proc = kshim_factory(f"connections_max_idle_ms = {IDLE_MS}\n{extra}" + admin_table(admin_port))
+    admin = kafka_env.AdminApi(admin_port, TOKEN)
+    assert kafka_env.wait_until(lambda: kafka_env.port_accepts("127.0.0.1", admin_port), timeout=10)
+    # Warm up: the first connections fill kshim's tables and the allocator's first pages.
+    for _ in range(20):
+        kafka_env.api_versions(proc.bootstrap, tls=client_tls(cafile))
+    return proc, admin
+
+
+def test_a_client_that_never_reads_api_versions_holds_its_bound(kshim_factory):
+    proc, admin = standalone(kshim_factory)
+    hold_without_reading(proc, admin, api_versions_frame(), "ApiVersions, plaintext")
+    # A client that reads a little at a time holds no more than one that never reads.
+    hold_without_reading(proc, admin, api_versions_frame(), "ApiVersions, read at 20 KB/s",
+                         read_per_second=20_000)
+
+
+def test_a_client_that_never_reads_over_tls_holds_its_bound(kshim_factory, tmp_path: Path):
+    certs = tls_support.make_certs(tmp_path)
+    proc, admin = standalone(kshim_factory, tls_support.tls_table(certs), certs.ca)
+    hold_without_reading(proc, admin, api_versions_frame(), "ApiVersions, TLS", cafile=certs.ca)
+
+
+@pytest.fixture(scope="module")
+def filled_topic(kafka_broker) -> str:
+    """A topic on the shared broker with 4 MiB of records in partition 0."""
+    topic = "hostile-" + uuid.uuid4().hex[:8]
+    host, port = kafka_env.split_hostport(kafka_broker.bootstrap)
+    with socket.create_connection((host, port), timeout=10) as sock:
+        deadline = time.monotonic() + 30
+        batch = kafka_env.record_batch(256, 1024)
+        correlation_id = 0
+        written = 0
+        while written < 16:
+            correlation_id += 1
+            sock.sendall(kafka_env.metadata_v12(correlation_id, topic))
+            kafka_env.read_frame(sock)
+            correlation_id += 1
+            sock.sendall(kafka_env.produce_v7(correlation_id, topic, 1, batch))
+            response = kafka_env.read_frame(sock)
+            name_len = struct.unpack(">h", response[8:10])[0]
+            pos = 10 + name_len + 4
+            code = struct.unpack(">h", response[pos + 4:pos + 6])[0]
+            if code == 0:
+                written += 1
+            else:
+                assert time.monotonic() < deadline, f"Produce to {topic} still fails with error {code}"
+                time.sleep(0.3)
+    return topic
+
+
+@pytest.mark.parametrize("api", ["Metadata v12", "Fetch v12"])
+def test_a_client_that_never_reads_forwarded_answers_holds_its_bound(kshim_factory, kafka_broker, filled_topic,
+                                                                       api):
+    admin_port = kafka_env.free_port()
+    proc = kshim_factory(f"connections_max_idle_ms = {IDLE_MS}\n" + admin_table(admin_port),
+                         upstream=kafka_broker.bootstrap)
+    admin = kafka_env.AdminApi(admin_port, TOKEN)
+    assert kafka_env.wait_until(lambda: kafka_env.port_accepts("127.0.0.1", admin_port), timeout=10)
+    if api.startswith("Metadata"):
+        frame = kafka_env.metadata_v12(7)
+    else:
+        # Each answer carries 1 MiB of records.
+        frame = kafka_env.fetch_v12(7, filled_topic, MIB)
+    host, port = kafka_env.split_hostport(proc.bootstrap)
+    with socket.create_connection((host, port), timeout=10) as warm:
+        for _ in range(20):
+            warm.sendall(frame)
+            kafka_env.read_frame(warm)
+    hold_without_reading(proc, admin, frame, f"{api}, forwarded")
+    assert metric(admin, "kshim_queued_response_bytes") == 0
+
+
+def test_many_connections_from_one_address_hold_their_bounds_each(kshim_factory):
+    proc, admin = standalone(kshim_factory)
+    host, port = kafka_env.split_hostport(proc.bootstrap)
+    rss_before = rss_mib(proc.pid)
+    socks = []
+    hostile = []
+    for _ in range(50):
+        s = socket.create_connection((host, port), timeout=5)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        socks.append(s)
+        hostile.append(Pipeliner(s, api_versions_frame(), 3.0))
+    for h in hostile:
+        h.start()
+    probe = LatencyProbe(proc.bootstrap, 3.0)
+    rss_peak = rss_before
+    while any(h.is_alive() for h in hostile):
+        rss_peak = max(rss_peak, rss_mib(proc.pid))
+        time.sleep(0.2)
+    growth = rss_peak - rss_before
+    p99 = probe.p99()
+    print(f"50 connections pipelining from one address: kshim's RSS +{growth:.1f} MiB, another client's "
+          f"p99 {p99 * 1000:.2f} ms", file=sys.stderr)
+    for s in socks:
+        s.close()
+    # 50 bounds of 1 MiB plus one answer each; small answers cost a quarter more than their bytes
+    # in the allocator's blocks and the outbox's entries (1.27 MiB a connection measured).
+    assert growth <= 50 * 1.5 + RSS_GROWTH_LIMIT_MIB, f"kshim's RSS grew by {growth:.1f} MiB"
+    assert metric(admin, "kshim_connections_muted_total") >= 50
+    assert p99 <= P99_LIMIT_S, f"a well-behaved client's ApiVersions p99 was {p99 * 1000:.1f} ms beside them"
