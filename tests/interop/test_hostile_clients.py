@@ -353,3 +353,111 @@ def test_many_connections_from_one_address_hold_their_bounds_each(kshim_factory)
     assert growth <= 50 * 1.5 + RSS_GROWTH_LIMIT_MIB, f"kshim's RSS grew by {growth:.1f} MiB"
     assert metric(admin, "kshim_connections_muted_total") >= 50
     assert p99 <= P99_LIMIT_S, f"a well-behaved client's ApiVersions p99 was {p99 * 1000:.1f} ms beside them"
+
+
+# ---------------------------------------------------------------------------
+# A memory limit that kshim is not told about
+# ---------------------------------------------------------------------------
+
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+CGROUP_LIMIT = 256 * MIB
+BIG_FRAMES = 10
+BIG_FRAME_BODY = 100 * MIB - 64 * 1024
+
+
+class MemoryCgroup:
+    """A cgroup v1 memory cgroup of the test's own, limited to `limit` bytes (swap included).
+    Fails, saying why, where the machine does not let the test make one."""
+
+    def __init__(self, limit: int):
+        self.path = CGROUP_V1 / f"kshim-test-{uuid.uuid4().hex[:8]}"
+        try:
+            self.path.mkdir()
+            (self.path / "memory.limit_in_bytes").write_text(str(limit))
+            swap = self.path / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                swap.write_text(str(limit))
+        except OSError as e:
+            pytest.fail(f"this machine does not let the test make a memory cgroup under {CGROUP_V1} "
+                        f"(needs root and cgroup v1's memory controller): {e}")
+
+    def read(self, name: str) -> str:
+        return (self.path / name).read_text()
+
+    def wrapper(self, directory: Path, binary: Path) -> Path:
+        """A script that joins the cgroup and then becomes kshim."""
+        script = directory / "kshim-in-cgroup"
+        script.write_text(f"#!/bin/sh\necho $$ > {self.path}/cgroup.procs\nexec {binary} \"$@\"\n")
+        script.chmod(0o755)
+        return script
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_big_frames_in_a_small_container_are_slowed_not_killed(kshim_binary, kafka_broker, tmp_path: Path):
+    cgroup = MemoryCgroup(CGROUP_LIMIT)
+    proc = None
+    try:
+        admin_port = kafka_env.free_port()
+        proc = kafka_env.KshimProcess("frame_read_timeout_ms = 120000\n" + admin_table(admin_port),
+                                      upstream=kafka_broker.bootstrap,
+                                      binary=cgroup.wrapper(tmp_path, kshim_binary))
+        kafka_env.start_or_fail(proc)
+        admin = kafka_env.AdminApi(admin_port, TOKEN)
+        assert kafka_env.wait_until(lambda: kafka_env.port_accepts("127.0.0.1", admin_port), timeout=10)
+        # The default budget follows the cgroup's limit: a quarter of 256 MiB, at least one frame.
+        assert metric(admin, "kshim_queued_request_bytes_max") == 100 * MIB
+        assert "the memory cgroup's limit" in proc.log_text()
+        # Ten clients each send one Produce (acks=1) of 100 MiB at once; the broker refuses the
+        # records (they are not a record batch), but each client must get its answer.
+        frame = kafka_env.produce_v7(1, "hostile-big", 1, bytes(BIG_FRAME_BODY))
+        host, port = kafka_env.split_hostport(proc.bootstrap)
+        answers: list[str] = []
+
+        def client() -> None:
+            try:
+                with socket.create_connection((host, port), timeout=120) as sock:
+                    sock.sendall(frame)
+                    kafka_env.read_frame(sock)
+                    answers.append("answered")
+            except (OSError, kafka_env.EnvError) as e:
+                answers.append(f"{type(e).__name__}: {e}")
+
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(BIG_FRAMES)]
+        for c in clients:
+            c.start()
+        peak_budget = 0.0
+        while any(c.is_alive() for c in clients):
+            assert proc.alive(), f"kshim died: {kafka_env.tail(proc.log_path)}"
+            peak_budget = max(peak_budget, metric(admin, "kshim_queued_request_bytes"))
+            time.sleep(0.1)
+        hwm = int(cgroup.read("memory.max_usage_in_bytes"))
+        oom = cgroup.read("memory.oom_control")
+        print(f"{BIG_FRAMES} Produce frames of 100 MiB in a {CGROUP_LIMIT // MIB} MiB cgroup: the cgroup's peak "
+              f"{hwm / MIB:.0f} MiB, kshim's peak RSS {rss_peak_mib(proc.pid):.0f} MiB, at most "
+              f"{peak_budget / MIB:.0f} MiB of frames held, "
+              f"{metric(admin, 'kshim_frame_budget_waits_total'):.0f} waits", file=sys.stderr)
+        assert proc.alive(), "kshim was killed"
+        assert answers == ["answered"] * BIG_FRAMES, answers
+        assert "oom_kill 0" in oom, oom
+        assert hwm < CGROUP_LIMIT, f"the cgroup reached {hwm / MIB:.0f} MiB"
+        assert metric(admin, "kshim_frame_budget_waits_total") >= BIG_FRAMES - 1, "the frames never waited"
+        assert kafka_env.api_versions(proc.bootstrap).error_code == 0
+    finally:
+        if proc is not None:
+            proc.cleanup()
+        cgroup.remove()
+
+
+def rss_peak_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for {pid}")
