@@ -198,6 +198,7 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
                 .collect(),
         ),
         max_unsent_response_bytes: config.max_unsent_response_bytes,
+        handshakes: config.handshake_limits(),
         idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
         frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),

@@ -11,6 +11,8 @@
 //! whose PID is given) and the load generator's own CPU; then every target
 //! against the baseline.
 //!
+//! `storm`: a storm of new TLS connections beside connected clients (storm.rs).
+//!
 //! `reload`: what rotating kshim's certificate through its admin API costs.
 //! The keystore is switched with `PATCH /admin/config {"tls.keystore": ...}`,
 //! alternating between the stores given.
@@ -59,9 +61,11 @@ use tokio_rustls::TlsConnector;
 mod frames;
 mod handshakes;
 mod reload;
+mod storm;
 
 use handshakes::handshakes;
 use reload::reload;
+use storm::{storm, StormArgs};
 
 const CLIENT_ID: &str = "kshim-tls-bench";
 const API_VERSIONS: i16 = 18;
@@ -89,6 +93,9 @@ enum Mode {
     /// Certificate rotation through kshim's admin API: latency, visibility, and
     /// the effect on an established connection.
     Reload(ReloadArgs),
+    /// A storm of new TLS connections beside connected clients: what the
+    /// connected clients wait, and what becomes of each new connection.
+    Storm(StormArgs),
 }
 
 #[derive(ClapArgs, Debug)]
@@ -233,7 +240,32 @@ fn client(args: &TlsArgs) -> Result<Client, String> {
 type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
 
 async fn connect(addr: &str, client: &Client) -> Result<TlsStream, String> {
-    let tcp = TcpStream::connect(addr)
+    connect_from(addr, client, None).await
+}
+
+/// A TCP connection to `addr`, from the local address `from` when given (any
+/// 127.x address is this machine's, which lets a test be several clients).
+async fn tcp_from(addr: &str, from: Option<std::net::IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(from) = from else {
+        return TcpStream::connect(addr).await;
+    };
+    let target: std::net::SocketAddr = addr.parse().map_err(|e| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
+    })?;
+    let socket = match from {
+        std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(std::net::SocketAddr::new(from, 0))?;
+    socket.connect(target).await
+}
+
+async fn connect_from(
+    addr: &str,
+    client: &Client,
+    from: Option<std::net::IpAddr>,
+) -> Result<TlsStream, String> {
+    let tcp = tcp_from(addr, from)
         .await
         .map_err(|e| format!("connect to {addr}: {e}"))?;
     let _ = tcp.set_nodelay(true);
@@ -297,7 +329,16 @@ async fn handshake_exchange(
     client: &Client,
     request: &[u8],
 ) -> Result<Instant, String> {
-    let mut stream = connect(addr, client).await?;
+    handshake_exchange_from(addr, client, request, None).await
+}
+
+async fn handshake_exchange_from(
+    addr: &str,
+    client: &Client,
+    request: &[u8],
+    from: Option<std::net::IpAddr>,
+) -> Result<Instant, String> {
+    let mut stream = connect_from(addr, client, from).await?;
     stream
         .write_all(request)
         .await
@@ -398,6 +439,7 @@ fn main() -> ExitCode {
             a.tls.client_threads
         }
         Mode::Reload(a) => a.tls.client_threads,
+        Mode::Storm(a) => a.tls.client_threads,
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
@@ -415,6 +457,7 @@ fn main() -> ExitCode {
         match cli.mode {
             Mode::Handshakes(a) => handshakes(a).await,
             Mode::Reload(a) => reload(a).await,
+            Mode::Storm(a) => storm(a).await,
         }
     })
 }

@@ -66,6 +66,10 @@ pub struct Config {
     /// Bytes of answers a client has not taken above which kshim reads no
     /// more of its requests.
     pub max_unsent_response_bytes: usize,
+    /// TLS handshakes waiting or running at once; `None`: 128 per CPU.
+    pub max_pending_handshakes: Option<usize>,
+    /// Of those, from one client address; `None`: a quarter of them.
+    pub max_pending_handshakes_per_ip: Option<usize>,
     /// File descriptors kept back from client connections, for the store, the
     /// admin API and kshim's own upstream connections.
     pub descriptor_reserve: usize,
@@ -187,6 +191,8 @@ impl Default for Config {
             frame_read_timeout_ms: 60_000,
             max_queued_request_bytes: None,
             max_unsent_response_bytes: crate::server::DEFAULT_MAX_UNSENT_RESPONSE_BYTES,
+            max_pending_handshakes: None,
+            max_pending_handshakes_per_ip: None,
             descriptor_reserve: 256,
             shutdown_delay_ms: 5_000,
             shutdown_grace_ms: 30_000,
@@ -212,6 +218,20 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The bound on pending TLS handshakes: the configured one, or the
+    /// machine's default; the share per address never above the whole.
+    pub fn handshake_limits(&self) -> crate::server::admission::HandshakeLimits {
+        let default = crate::server::admission::HandshakeLimits::for_this_machine();
+        let max_pending = self.max_pending_handshakes.unwrap_or(default.max_pending);
+        let per_ip = self
+            .max_pending_handshakes_per_ip
+            .unwrap_or((max_pending / 4).max(1));
+        crate::server::admission::HandshakeLimits {
+            max_pending,
+            max_pending_per_ip: per_ip.min(max_pending),
+        }
+    }
+
     /// The TLS server names brokers are told apart by, when
     /// `upstream.listeners.sni_host` is set: the bootstrap's name is the host of
     /// `advertised_listener` (or `listen`), and every name comes with its port.
@@ -303,6 +323,12 @@ impl Config {
             }
             if let Some(v) = top.int::<usize>("max_unsent_response_bytes", "a positive size") {
                 c.max_unsent_response_bytes = v;
+            }
+            if let Some(v) = top.int::<usize>("max_pending_handshakes", "a positive count") {
+                c.max_pending_handshakes = Some(v);
+            }
+            if let Some(v) = top.int::<usize>("max_pending_handshakes_per_ip", "a positive count") {
+                c.max_pending_handshakes_per_ip = Some(v);
             }
             if let Some(v) = top.int::<usize>("descriptor_reserve", "a count of descriptors") {
                 c.descriptor_reserve = v;
@@ -516,6 +542,17 @@ impl Config {
                         self.max_frame_bytes
                     ),
                 ));
+            }
+        }
+        for (key, value) in [
+            ("max_pending_handshakes", self.max_pending_handshakes),
+            (
+                "max_pending_handshakes_per_ip",
+                self.max_pending_handshakes_per_ip,
+            ),
+        ] {
+            if value == Some(0) {
+                errors.push(ConfigError::new(key, "must be at least 1"));
             }
         }
         if self.max_unsent_response_bytes == 0 {

@@ -67,6 +67,9 @@ pub enum ConnectionRefusal {
     /// With `upstream.listeners.sni_host`: a TLS server name that is neither
     /// the bootstrap's nor a broker's, or none.
     ServerName,
+    /// The TLS handshake queue (`max_pending_handshakes`), or the client
+    /// address's share of it (`max_pending_handshakes_per_ip`), was full.
+    HandshakeQueue,
 }
 
 /// What a client connection is for: the bootstrap (any broker will do), or
@@ -89,7 +92,7 @@ impl ListenerRoute {
 }
 
 impl ConnectionRefusal {
-    const ALL: [ConnectionRefusal; 7] = [
+    const ALL: [ConnectionRefusal; 8] = [
         ConnectionRefusal::ConnectionLimit,
         ConnectionRefusal::AddressLimit,
         ConnectionRefusal::Descriptors,
@@ -97,6 +100,7 @@ impl ConnectionRefusal {
         ConnectionRefusal::NoPrincipal,
         ConnectionRefusal::ProxyProtocol,
         ConnectionRefusal::ServerName,
+        ConnectionRefusal::HandshakeQueue,
     ];
 
     fn label(self) -> &'static str {
@@ -108,6 +112,7 @@ impl ConnectionRefusal {
             ConnectionRefusal::NoPrincipal => "no_principal",
             ConnectionRefusal::ProxyProtocol => "proxy_protocol",
             ConnectionRefusal::ServerName => "server_name",
+            ConnectionRefusal::HandshakeQueue => "handshake_queue",
         }
     }
 }
@@ -228,6 +233,8 @@ pub struct Metrics {
     connections_closed: [AtomicU64; Closure::ALL.len()],
     /// Times a connection stopped reading requests for answers its client had not taken.
     connections_muted: AtomicU64,
+    /// TLS handshakes waiting or running now.
+    handshakes_pending: AtomicI64,
     sasl_authentications: AtomicU64,
     reloads_applied: [AtomicU64; 2],
     reloads_refused: [AtomicU64; 2],
@@ -265,6 +272,7 @@ impl Metrics {
             connections_refused: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_muted: AtomicU64::new(0),
+            handshakes_pending: AtomicI64::new(0),
             sasl_authentications: AtomicU64::new(0),
             reloads_applied: std::array::from_fn(|_| AtomicU64::new(0)),
             reloads_refused: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -302,6 +310,13 @@ impl Metrics {
         self.connections_accepted[route as usize].fetch_add(1, Ordering::Relaxed);
         self.connections_open[route as usize].fetch_add(1, Ordering::Relaxed);
         OpenConnection(Arc::clone(self), route)
+    }
+
+    /// A TLS handshake took a place in the queue; the guard counts it as
+    /// pending until dropped.
+    pub fn handshake_pending(self: &Arc<Self>) -> PendingHandshakeGauge {
+        self.handshakes_pending.fetch_add(1, Ordering::Relaxed);
+        PendingHandshakeGauge(Arc::clone(self))
     }
 
     pub fn connection_refused(&self, why: ConnectionRefusal) {
@@ -345,6 +360,15 @@ impl Metrics {
 }
 
 pub struct OpenConnection(Arc<Metrics>, ListenerRoute);
+
+/// A TLS handshake in the queue, counted until dropped.
+pub struct PendingHandshakeGauge(Arc<Metrics>);
+
+impl Drop for PendingHandshakeGauge {
+    fn drop(&mut self) {
+        self.0.handshakes_pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {

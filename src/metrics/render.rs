@@ -123,6 +123,14 @@ impl Metrics {
         );
         header(
             o,
+            "kshim_tls_handshakes_pending",
+            "gauge",
+            "TLS handshakes waiting or running now (at most max_pending_handshakes).",
+        );
+        let pending = self.handshakes_pending.load(Ordering::Relaxed);
+        let _ = writeln!(o, "kshim_tls_handshakes_pending {}", pending.max(0));
+        header(
+            o,
             "kshim_connections_muted_total",
             "counter",
             "Times a connection stopped reading requests because its client had not taken answers worth max_unsent_response_bytes.",

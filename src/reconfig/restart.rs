@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 34] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 36] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -97,6 +97,16 @@ pub(super) const RESTART_ONLY: [RestartOnly; 34] = [
         key: Some("frame_read_timeout_ms"),
         name: "frame_read_timeout_ms",
         same: |a, b| a.frame_read_timeout_ms == b.frame_read_timeout_ms,
+    },
+    RestartOnly {
+        key: Some("max_pending_handshakes"),
+        name: "max_pending_handshakes",
+        same: |a, b| a.max_pending_handshakes == b.max_pending_handshakes,
+    },
+    RestartOnly {
+        key: Some("max_pending_handshakes_per_ip"),
+        name: "max_pending_handshakes_per_ip",
+        same: |a, b| a.max_pending_handshakes_per_ip == b.max_pending_handshakes_per_ip,
     },
     RestartOnly {
         key: Some("max_unsent_response_bytes"),

@@ -1,6 +1,14 @@
 //! Who may open a connection, before a byte of it is read: the cap on all
 //! connections, the cap per client address (Kafka's `max.connections.per.ip` and
-//! its overrides), and the file descriptors they may use.
+//! its overrides), and the file descriptors they may use; and who may wait for
+//! a TLS handshake: a bounded queue, with a share per client address.
+//!
+//! A TLS handshake costs the server a signature (about a millisecond of CPU);
+//! handshakes queued beyond what the handshake threads can finish within their
+//! deadline only time out after their signature was spent, and sockets that
+//! never send a ClientHello hold their place until the deadline. So past the
+//! queue's bound a new TLS connection is refused at once, and no address may
+//! hold more than its share of the queue.
 //!
 //! A connection over a cap is accepted and closed at once, so the client sees a
 //! refusal instead of waiting in the kernel's backlog. When the process runs out
@@ -24,6 +32,53 @@ pub struct Admission {
     /// Open connections by client address; addresses with none are removed.
     per_ip: Mutex<HashMap<IpAddr, usize>>,
     spare: Mutex<Option<File>>,
+    handshakes: HandshakeQueue,
+}
+
+/// The bound on TLS handshakes waiting or running at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeLimits {
+    pub max_pending: usize,
+    pub max_pending_per_ip: usize,
+}
+
+impl HandshakeLimits {
+    /// 128 per CPU (the handshake threads finish about a thousand a second per
+    /// CPU, so a full queue is done well within its deadline), at least 64; a
+    /// quarter of that per address.
+    pub fn for_this_machine() -> HandshakeLimits {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let max_pending = (128 * cpus).max(64);
+        HandshakeLimits {
+            max_pending,
+            max_pending_per_ip: max_pending / 4,
+        }
+    }
+}
+
+struct HandshakeQueue {
+    limits: HandshakeLimits,
+    /// Pending handshakes by client address, and in all.
+    pending: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// A place in the handshake queue; dropping it gives the place back.
+pub struct PendingHandshake {
+    ip: IpAddr,
+    admission: Arc<Admission>,
+}
+
+impl Drop for PendingHandshake {
+    fn drop(&mut self) {
+        let mut pending = self.admission.handshakes_lock();
+        pending.0 -= 1;
+        if let Some(n) = pending.1.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                pending.1.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// A connection that was let in; dropping it gives its places back.
@@ -50,6 +105,7 @@ impl Admission {
         max_connections: usize,
         max_per_ip: usize,
         overrides: HashMap<IpAddr, usize>,
+        handshakes: HandshakeLimits,
     ) -> Arc<Admission> {
         Arc::new(Admission {
             permits: Arc::new(Semaphore::new(max_connections)),
@@ -57,7 +113,45 @@ impl Admission {
             overrides,
             per_ip: Mutex::new(HashMap::new()),
             spare: Mutex::new(File::open("/dev/null").ok()),
+            handshakes: HandshakeQueue {
+                limits: handshakes,
+                pending: Mutex::new((0, HashMap::new())),
+            },
         })
+    }
+
+    /// A place in the TLS handshake queue for a connection from `ip`, or
+    /// `HandshakeQueue` when the queue, or this address's share of it, is full.
+    pub fn begin_handshake(
+        self: &Arc<Self>,
+        ip: IpAddr,
+    ) -> Result<PendingHandshake, ConnectionRefusal> {
+        let ip = canonical(ip);
+        let limits = self.handshakes.limits;
+        let mut pending = self.handshakes_lock();
+        let mine = pending.1.get(&ip).copied().unwrap_or(0);
+        if pending.0 >= limits.max_pending || mine >= limits.max_pending_per_ip {
+            return Err(ConnectionRefusal::HandshakeQueue);
+        }
+        pending.0 += 1;
+        pending.1.insert(ip, mine + 1);
+        Ok(PendingHandshake {
+            ip,
+            admission: Arc::clone(self),
+        })
+    }
+
+    /// TLS handshakes waiting or running now.
+    pub fn pending_handshakes(&self) -> usize {
+        self.handshakes_lock().0
+    }
+
+    fn handshakes_lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<IpAddr, usize>)> {
+        // Every update keeps the total and the map in step within one lock.
+        self.handshakes
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The cap for connections from `ip`.
@@ -180,7 +274,8 @@ mod tests {
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let vip: IpAddr = "10.0.0.9".parse().unwrap();
-        let admission = Admission::new(5, 2, [(vip, 3)].into());
+        let admission =
+            Admission::new(5, 2, [(vip, 3)].into(), HandshakeLimits::for_this_machine());
         let first = admission.admit(a).unwrap();
         let _second = admission.admit(a).unwrap();
         assert_eq!(
@@ -209,11 +304,41 @@ mod tests {
     #[test]
     fn an_override_of_zero_refuses_the_address() {
         let banned: IpAddr = "192.0.2.7".parse().unwrap();
-        let admission = Admission::new(10, 10, [(banned, 0)].into());
+        let admission = Admission::new(
+            10,
+            10,
+            [(banned, 0)].into(),
+            HandshakeLimits::for_this_machine(),
+        );
         assert_eq!(
             admission.admit(banned).err(),
             Some(ConnectionRefusal::AddressLimit)
         );
+    }
+
+    #[test]
+    fn the_handshake_queue_is_bounded_in_all_and_per_address() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let c: IpAddr = "::ffff:10.0.0.3".parse().unwrap();
+        let limits = HandshakeLimits {
+            max_pending: 3,
+            max_pending_per_ip: 2,
+        };
+        let admission = Admission::new(100, 100, HashMap::new(), limits);
+        let a1 = admission.begin_handshake(a).unwrap();
+        let _a2 = admission.begin_handshake(a).unwrap();
+        assert_eq!(
+            admission.begin_handshake(a).err(),
+            Some(ConnectionRefusal::HandshakeQueue)
+        );
+        let _b1 = admission.begin_handshake(b).unwrap();
+        // Three in all: another address is refused too.
+        assert!(admission.begin_handshake(c).is_err());
+        assert_eq!(admission.pending_handshakes(), 3);
+        drop(a1);
+        let _c1 = admission.begin_handshake(c).unwrap();
+        assert_eq!(admission.pending_handshakes(), 3);
     }
 
     #[test]

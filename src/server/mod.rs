@@ -26,7 +26,8 @@ use tokio_util::task::TaskTracker;
 /// a Kafka broker's socket buffers, and Envoy's default per-connection buffer.
 pub const DEFAULT_MAX_UNSENT_RESPONSE_BYTES: usize = 1 << 20;
 
-/// How long a client has to finish its TLS handshake.
+/// How long a client has to finish its TLS handshake, from the moment its
+/// connection was accepted.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A fatal TLS alert, unrecognized_name (112), as a plaintext record: the answer
@@ -73,6 +74,8 @@ pub struct Limits {
     pub budget: Arc<FrameBudget>,
     /// PROXY protocol headers from trusted load balancers.
     pub proxy_protocol: ProxyProtocol,
+    /// TLS handshakes waiting or running at once, in all and per address.
+    pub handshakes: admission::HandshakeLimits,
 }
 
 /// Which PROXY protocol headers client connections begin with, and who may
@@ -142,6 +145,7 @@ impl Default for Limits {
             max_unsent_response_bytes: DEFAULT_MAX_UNSENT_RESPONSE_BYTES,
             shutdown_grace: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
+            handshakes: admission::HandshakeLimits::for_this_machine(),
             budget: FrameBudget::new(memory::default_frame_budget(
                 crate::protocol::DEFAULT_MAX_FRAME_BYTES,
                 &memory::memory_limit(),
@@ -157,6 +161,7 @@ impl Limits {
             self.max_connections,
             self.max_connections_per_ip,
             (*self.max_connections_per_ip_overrides).clone(),
+            self.handshakes,
         )
     }
 }
@@ -177,11 +182,11 @@ async fn accept_tls(
     config: Arc<rustls::ServerConfig>,
     ctx: Arc<Context>,
     addr: SocketAddr,
+    deadline: tokio::time::Instant,
 ) -> Option<(
     tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
     Option<Route>,
 )> {
-    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let hello = tokio::time::timeout_at(
         deadline,
         tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),
@@ -311,6 +316,7 @@ pub async fn serve(
                         continue;
                     }
                 };
+                let accepted_at = tokio::time::Instant::now();
                 let _ = stream.set_nodelay(true);
                 crate::client::keepalive(&stream);
                 let ctx = Arc::clone(&ctx);
@@ -357,15 +363,27 @@ pub async fn serve(
                             // for a moved-from TLS stream for the connection's lifetime: what
                             // comes out is the connection, boxed, which owns the TLS stream.
                             let (_open, serve) = {
+                                // A bounded queue: past it, refused at once rather than left
+                                // to time out after its signature was spent.
+                                let queued = match admission.begin_handshake(addr.ip()) {
+                                    Ok(place) => (place, ctx.metrics.handshake_pending()),
+                                    Err(why) => {
+                                        ctx.metrics.connection_refused(why);
+                                        tracing::debug!(peer = %addr, "connection refused: the TLS handshake queue (max_pending_handshakes, max_pending_handshakes_per_ip) is full");
+                                        return;
+                                    }
+                                };
                                 let accepted = handshake::run(accept_tls(
                                     stream,
                                     routing,
                                     Arc::clone(&material.config),
                                     Arc::clone(&ctx),
                                     addr,
+                                    accepted_at + HANDSHAKE_TIMEOUT,
                                 ))
                                 .await
                                 .flatten();
+                                drop(queued);
                                 let Some((stream, route)) = accepted else {
                                     return;
                                 };

@@ -16,6 +16,7 @@ well-behaved client beside them (docs/security.md, "What one peer can hold").
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import ssl
@@ -461,3 +462,73 @@ def rss_peak_mib(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmHWM for {pid}")
+
+
+# ---------------------------------------------------------------------------
+# A storm of TLS handshakes
+# ---------------------------------------------------------------------------
+
+STORM_CONNECTIONS = 3000
+STORM_CONCURRENCY = 1000
+STORM_SILENT = 100
+# Four addresses storm, a fifth holds silent sockets (every 127.x address is loopback).
+STORM_FROM = "127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5"
+SILENT_FROM = "127.0.0.9"
+HANDSHAKE_DEADLINE_S = 10
+
+
+def refused(admin: kafka_env.AdminApi) -> dict[str, float]:
+    return {reason: metric(admin, "kshim_connections_refused_total", f'{{reason="{reason}"}}')
+            for reason in ("handshake_queue", "tls_handshake")}
+
+
+def socket_descriptors(pid: int) -> int:
+    fd_dir = Path(f"/proc/{pid}/fd")
+    count = 0
+    for fd in fd_dir.iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def test_a_tls_handshake_storm_is_refused_at_once_past_the_queue(kshim_factory, tmp_path: Path):
+    certs = tls_support.make_certs(tmp_path)
+    proc, admin = standalone(kshim_factory, tls_support.tls_table(certs), certs.ca)
+    sockets_before = socket_descriptors(proc.pid)
+    before = refused(admin)
+    bench = Path(kafka_env.require_kshim_binary()).parent / "examples" / "tls_bench"
+    assert bench.is_file(), f"{bench} is missing: `cargo test --release --no-run` builds it"
+    cp = subprocess.run(
+        [str(bench), "storm", "--ca", str(certs.ca), "--target", proc.bootstrap,
+         "--connections", str(STORM_CONNECTIONS), "--concurrency", str(STORM_CONCURRENCY),
+         "--storm-from", STORM_FROM, "--silent", str(STORM_SILENT), "--silent-from", SILENT_FROM,
+         "--silent-wait-ms", str((HANDSHAKE_DEADLINE_S + 5) * 1000), "--timeout-ms", "15000",
+         "--probe-clients", "2"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    report = json.loads(cp.stdout.strip().splitlines()[-1])
+    after = refused(admin)
+    counted = sum(after.values()) - sum(before.values())
+    probe = report["probe"]
+    print(f"TLS storm: {STORM_CONNECTIONS} connections {STORM_CONCURRENCY} at a time from 4 addresses, "
+          f"{STORM_SILENT} silent from a fifth: {report['completed']} served, {report['refused']} refused "
+          f"({after['handshake_queue'] - before['handshake_queue']:.0f} by the queue), {report['timed_out']} "
+          f"timed out, in {report['storm_seconds']:.1f} s; silent ones closed after at most "
+          f"{report['silent_slowest_close_ms']:.0f} ms; connected clients p99 {probe['p99_ms']:.2f} ms "
+          f"(max {probe['max_ms']:.1f})", file=sys.stderr)
+    assert not probe["errors"], probe["errors"]
+    assert probe["p99_ms"] <= P99_LIMIT_S * 1000, f"connected clients waited {probe['p99_ms']} ms at p99"
+    assert report["completed"] > 0, report
+    assert report["completed"] + report["refused"] + report["timed_out"] == STORM_CONNECTIONS
+    assert report["timed_out"] == 0, "a handshake was left to time out instead of refused at once"
+    assert after["handshake_queue"] > before["handshake_queue"], "the queue never refused a connection"
+    # Every connection that was not served was counted, the silent ones included.
+    assert counted == report["refused"] + STORM_SILENT, (report, before, after)
+    assert report["silent_closed_by_server"] == STORM_SILENT, "silent connections left open"
+    assert report["silent_slowest_close_ms"] <= (HANDSHAKE_DEADLINE_S + 1) * 1000
+    # Nothing left half-open: no handshake pending, no socket beyond the listener's and the probes'.
+    assert metric(admin, "kshim_tls_handshakes_pending") == 0
+    assert kafka_env.wait_until(lambda: socket_descriptors(proc.pid) <= sockets_before, timeout=5), (
+        f"{socket_descriptors(proc.pid)} sockets open, {sockets_before} before the storm")
