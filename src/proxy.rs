@@ -123,6 +123,7 @@ impl Proxy {
             link.clone(),
             upstream_config.bootstrap.clone(),
             refresh_tx,
+            Duration::from_millis(upstream_config.unready_after_ms),
         ));
         // Until the upstream answers, kshim offers only what it serves itself.
         let discovery = Discovery::new(

@@ -224,10 +224,13 @@ async fn healthz() -> Json<Value> {
 }
 
 /// Ready once the store is loaded (it is, or kshim would not be serving) and,
-/// in front of a cluster, while the cluster answers: a kshim whose upstream is
-/// gone cannot serve clients, so a load balancer should send them elsewhere.
-/// `/livez` (and `/healthz`) stay up meanwhile: nothing a restart would fix.
-/// Not ready either once kshim has been asked to stop, while it drains.
+/// in front of a cluster, once the cluster has answered and unless it has been
+/// unreachable for `upstream.unready_after_ms`: every replica shares the
+/// upstream, so a short blip that one failed refresh shows would take every
+/// replica out of the balancer at once, and clients would be refused instead of
+/// getting a retriable error; a long outage does take them out. `/livez` (and
+/// `/healthz`) stay up meanwhile: nothing a restart would fix. Not ready either
+/// once kshim has been asked to stop, while it drains.
 async fn readyz(State(state): State<Shared>) -> Response {
     let mut checks = Map::new();
     checks.insert("store".into(), json!("loaded"));
@@ -237,19 +240,14 @@ async fn readyz(State(state): State<Shared>) -> Response {
     if let Some(upstream) = &state.context.upstream {
         let view = upstream.view();
         let (answered, _) = upstream.refreshes();
-        let state = if answered == 0 {
-            "no upstream broker has answered yet".to_owned()
-        } else if !upstream.reachable() {
-            "the upstream stopped answering; kshim keeps retrying".to_owned()
-        } else {
-            format!(
-                "{} broker(s) known, {} answering",
-                view.brokers.len(),
-                view.live.len()
-            )
-        };
-        ready &= upstream.reachable() && !view.live.is_empty();
-        checks.insert("upstream".into(), json!(state));
+        let (upstream_ready, status) = upstream_readiness(
+            answered > 0,
+            upstream.unreachable_for(),
+            upstream.unready_after,
+            (view.brokers.len(), view.live.len()),
+        );
+        ready &= upstream_ready;
+        checks.insert("upstream".into(), json!(status));
         checks.insert("upstream_reachable".into(), json!(upstream.reachable()));
     }
     if let Some(node) = state.context.controller.cluster() {
@@ -277,6 +275,34 @@ async fn readyz(State(state): State<Shared>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(json!({"ready": ready, "checks": checks}))).into_response()
+}
+
+/// Whether the upstream lets kshim be ready, and what /readyz says of it:
+/// not before it has answered once, nor once it has been unreachable for
+/// `grace`; a shorter outage is reported but leaves kshim ready. `brokers` is
+/// (known, answering) in the last view.
+pub(crate) fn upstream_readiness(
+    ever_answered: bool,
+    down_for: Option<std::time::Duration>,
+    grace: std::time::Duration,
+    brokers: (usize, usize),
+) -> (bool, String) {
+    let gone = down_for.is_some_and(|d| d >= grace);
+    let status = match down_for {
+        _ if !ever_answered => "no upstream broker has answered yet".to_owned(),
+        Some(d) if gone => format!(
+            "the upstream stopped answering {} s ago (upstream.unready_after_ms is {} ms); kshim keeps retrying",
+            d.as_secs(),
+            grace.as_millis()
+        ),
+        Some(d) => format!(
+            "the upstream stopped answering {} s ago; ready until upstream.unready_after_ms ({} ms); kshim keeps retrying",
+            d.as_secs(),
+            grace.as_millis()
+        ),
+        None => format!("{} broker(s) known, {} answering", brokers.0, brokers.1),
+    };
+    (ever_answered && !gone && brokers.1 > 0, status)
 }
 
 async fn metrics(

@@ -109,6 +109,24 @@ async fn a_stopping_kshim_is_not_ready_but_alive() {
     assert_eq!(status, StatusCode::OK);
 }
 
+#[test]
+fn a_short_upstream_outage_leaves_kshim_ready_and_a_long_one_does_not() {
+    use std::time::Duration;
+    let default = Duration::from_millis(crate::config::UpstreamConfig::default().unready_after_ms);
+    let ready = |down: Option<u64>| {
+        super::upstream_readiness(true, down.map(Duration::from_secs), default, (3, 3))
+    };
+    assert!(ready(None).0);
+    let (blip, said) = ready(Some(10));
+    assert!(blip, "a 10 s outage: {said}");
+    assert!(said.contains("stopped answering 10 s ago"), "{said}");
+    let (outage, said) = ready(Some(120));
+    assert!(!outage, "a 2-minute outage: {said}");
+    // Before the first answer, and with no broker answering, never ready.
+    assert!(!super::upstream_readiness(false, None, default, (0, 0)).0);
+    assert!(!super::upstream_readiness(true, None, default, (3, 0)).0);
+}
+
 #[tokio::test]
 async fn health_is_open_and_everything_else_needs_the_token() {
     let f = Fixture::start("").await;

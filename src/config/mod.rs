@@ -125,6 +125,8 @@ pub struct UpstreamConfig {
     /// A forwarded request unanswered for this long closes its client's
     /// connection (Kafka's `request.timeout.ms`).
     pub request_timeout_ms: u64,
+    /// /readyz turns unready once the upstream has been unreachable this long.
+    pub unready_after_ms: u64,
     /// The largest response accepted from a broker.
     pub max_response_bytes: usize,
     /// Broker ids kshim opens listeners for; a Metadata answer naming more is
@@ -158,6 +160,7 @@ impl Default for UpstreamConfig {
             refresh_interval_ms: 5_000,
             connect_timeout_ms: 5_000,
             request_timeout_ms: 30_000,
+            unready_after_ms: 30_000,
             max_response_bytes: 256 * 1024 * 1024,
             max_brokers: 1_000,
             listener_grace_ms: 300_000,

@@ -23,6 +23,9 @@ pub(super) fn parse_upstream(t: &toml::Table, errors: &mut Vec<ConfigError>) -> 
     if let Some(v) = w.int::<u64>("request_timeout_ms", "a positive number of milliseconds") {
         u.request_timeout_ms = v;
     }
+    if let Some(v) = w.int::<u64>("unready_after_ms", "a number of milliseconds") {
+        u.unready_after_ms = v;
+    }
     if let Some(v) = w.int::<usize>("max_response_bytes", "a positive size") {
         u.max_response_bytes = v;
     }

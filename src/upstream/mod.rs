@@ -48,12 +48,17 @@ use tokio::sync::{mpsc, oneshot};
 pub struct Upstream {
     pub listeners: Listeners,
     pub link: LinkSettings,
+    /// How long the upstream may be unreachable before /readyz says not ready
+    /// (`upstream.unready_after_ms`).
+    pub unready_after: Duration,
     bootstrap: Vec<String>,
     view: ArcSwap<ClusterView>,
     /// Spreads bootstrap connections over the live brokers.
     rotation: AtomicUsize,
     /// Whether the last refresh reached the upstream.
     reachable: AtomicBool,
+    /// Since when no refresh has reached the upstream (`None` while it does).
+    unreachable_since: std::sync::Mutex<Option<std::time::Instant>>,
     refreshes_ok: AtomicU64,
     refreshes_failed: AtomicU64,
     refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
@@ -67,14 +72,17 @@ impl Upstream {
         link: LinkSettings,
         bootstrap: Vec<String>,
         refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
+        unready_after: Duration,
     ) -> Upstream {
         Upstream {
             listeners,
             link,
+            unready_after,
             bootstrap,
             view: ArcSwap::from_pointee(ClusterView::default()),
             rotation: AtomicUsize::new(0),
             reachable: AtomicBool::new(false),
+            unreachable_since: std::sync::Mutex::new(None),
             refreshes_ok: AtomicU64::new(0),
             refreshes_failed: AtomicU64::new(0),
             refresh,
@@ -84,6 +92,17 @@ impl Upstream {
     /// Counts a refresh of the view, and whether it reached the upstream.
     pub fn record_refresh(&self, reached: bool) {
         self.reachable.store(reached, Ordering::Relaxed);
+        {
+            let mut since = self
+                .unreachable_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *since = match (reached, *since) {
+                (true, _) => None,
+                (false, Some(earlier)) => Some(earlier),
+                (false, None) => Some(std::time::Instant::now()),
+            };
+        }
         let counter = if reached {
             &self.refreshes_ok
         } else {
@@ -95,6 +114,16 @@ impl Upstream {
     /// Whether the last refresh reached the upstream.
     pub fn reachable(&self) -> bool {
         self.reachable.load(Ordering::Relaxed)
+    }
+
+    /// How long refreshes have failed to reach the upstream, one after
+    /// another; `None` while the last one reached it.
+    pub fn unreachable_for(&self) -> Option<Duration> {
+        let since = *self
+            .unreachable_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        since.map(|t| t.elapsed())
     }
 
     /// Refreshes that reached the upstream, and those that did not.

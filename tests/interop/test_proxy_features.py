@@ -193,13 +193,16 @@ def metadata_request() -> bytes:
 
 def test_upstream_away_then_back(kshim_factory, cluster):
     """The whole upstream goes away: kshim stays up, answers ApiVersions from its cache (also
-    after its own restart), logs it once, is not ready (but live) meanwhile, and picks the
-    upstream up again by itself. It stops the module's node and starts it again; last here,
+    after its own restart), logs it once, stays ready through the first seconds (every replica
+    shares the upstream: a blip must not take them all out of the load balancer), is not ready
+    (but live) once the outage outlasts upstream.unready_after_ms, and picks the upstream up
+    again by itself. It stops the module's node and starts it again; last here,
     so that no other test sees it stopped should it fail."""
     c = cluster
     admin_port = kafka_env.free_port()
     token = "readiness-token"
-    proxy = kshim_factory(proxy_config(c, f'[admin]\nlisten = "127.0.0.1:{admin_port}"\ntoken = "{token}"\n'))
+    config = proxy_config(c, f'[admin]\nlisten = "127.0.0.1:{admin_port}"\ntoken = "{token}"\n')
+    proxy = kshim_factory(config.replace("[upstream]\n", "[upstream]\nunready_after_ms = 6000\n", 1))
     admin = kafka_env.AdminApi(admin_port, token)
     assert admin.call("GET", "/readyz")[0] == 200
     seen = kafka_env.api_versions(proxy.bootstrap)
@@ -210,7 +213,10 @@ def test_upstream_away_then_back(kshim_factory, cluster):
     cached = kafka_env.api_versions(proxy.bootstrap)
     assert cached.finalized == seen.finalized and cached.finalized_epoch == seen.finalized_epoch
     assert proxy.alive()
-    # Not ready while the upstream is away; still live.
+    # Ready through the first failed refreshes, saying so.
+    status, ready = admin.call("GET", "/readyz")
+    assert status == 200 and "ready until upstream.unready_after_ms" in ready["checks"]["upstream"], ready
+    # Not ready once the upstream has been away for unready_after_ms; still live.
     assert kafka_env.wait_until(lambda: admin.call("GET", "/readyz")[0] == 503, timeout=15)
     status, ready = admin.call("GET", "/readyz")
     assert ready["checks"]["upstream_reachable"] is False and "stopped answering" in ready["checks"]["upstream"], ready
