@@ -11,7 +11,7 @@ pub mod proxy_protocol;
 
 use crate::handlers::{Context, Peer, ANONYMOUS};
 use crate::metrics::ConnectionRefusal;
-use crate::upstream::Route;
+use crate::upstream::{NameRoute, Route};
 use admission::Admission;
 use budget::FrameBudget;
 use std::collections::HashMap;
@@ -34,8 +34,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// to a ClientHello whose server name is neither the bootstrap's nor a broker's.
 const UNRECOGNIZED_NAME: [u8; 7] = [21, 3, 3, 0, 2, 2, 112];
 
-/// The route a TLS server name asks for; `None` refuses the connection.
-pub type RouteByName = Arc<dyn Fn(Option<&str>) -> Option<Route> + Send + Sync>;
+/// What a TLS server name asks for.
+pub type RouteByName = Arc<dyn Fn(Option<&str>) -> NameRoute + Send + Sync>;
+
+/// How long a handshake waits for the refresh that a server name of an unseen
+/// broker asks for (within the handshake's own deadline).
+const UNSEEN_BROKER_REFRESH: Duration = Duration::from_secs(5);
 
 /// Which upstream broker the connections of a listener are for.
 #[derive(Clone)]
@@ -199,10 +203,24 @@ async fn accept_tls(
     let mut route = None;
     if let Routing::ByServerName(route_of) = &routing {
         let name = start.client_hello().server_name().map(str::to_owned);
-        match route_of(name.as_deref()) {
-            Some(r) => route = Some(r),
-            None => {
-                refuse_server_name(start.io, name, addr, &ctx).await;
+        let mut found = route_of(name.as_deref());
+        if let (NameRoute::NotYetSeen(_), Some(upstream)) = (found, &ctx.upstream) {
+            // A broker that just joined, or that another replica has seen already:
+            // one refresh of the view before the name is refused.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            upstream
+                .refresh_for_unseen_broker(left.min(UNSEEN_BROKER_REFRESH))
+                .await;
+            found = route_of(name.as_deref());
+        }
+        match found {
+            NameRoute::Found(r) => route = Some(r),
+            NameRoute::NotYetSeen(node) => {
+                refuse_server_name(start.io, name, Some(node), addr, &ctx).await;
+                return None;
+            }
+            NameRoute::Unrecognized => {
+                refuse_server_name(start.io, name, None, addr, &ctx).await;
                 return None;
             }
         }
@@ -232,9 +250,11 @@ fn handshake_refused<T>(
 
 /// Answers a ClientHello whose server name routes nowhere with the
 /// unrecognized_name alert, counts it, and logs the name (once per name).
+/// `unseen`: the name is broker N's, and N was not found even after a refresh.
 async fn refuse_server_name(
     mut stream: tokio::net::TcpStream,
     name: Option<String>,
+    unseen: Option<i32>,
     peer: SocketAddr,
     ctx: &Context,
 ) {
@@ -247,11 +267,18 @@ async fn refuse_server_name(
         |n| format!("server name \"{n}\""),
     );
     if LOGGED.first(&shown) {
-        tracing::info!(
-            %peer,
-            "TLS connection refused (unrecognized_name): {shown} is neither the bootstrap's nor a \
-             broker's (upstream.listeners.sni_host); logged once per name"
-        );
+        match unseen {
+            Some(node) => tracing::info!(
+                %peer,
+                "TLS connection refused (unrecognized_name): {shown} is broker {node}'s, and the \
+                 cluster does not list broker {node}, even after a refresh; logged once per name"
+            ),
+            None => tracing::info!(
+                %peer,
+                "TLS connection refused (unrecognized_name): {shown} is neither the bootstrap's nor a \
+                 broker's (upstream.listeners.sni_host); logged once per name"
+            ),
+        }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = stream.write_all(&UNRECOGNIZED_NAME).await;

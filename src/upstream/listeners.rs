@@ -25,6 +25,17 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
+/// What a TLS server name asks for (`upstream.listeners.sni_host`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRoute {
+    Found(Route),
+    /// A broker's name by the pattern, for a node this instance has not seen:
+    /// a broker that just joined, or one kshim has not reached since it started.
+    NotYetSeen(i32),
+    /// No name, or one that is neither the bootstrap's nor a broker's.
+    Unrecognized,
+}
+
 /// Which upstream broker a kshim listener stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -268,13 +279,18 @@ impl Listeners {
         }
     }
 
-    /// With `sni_host`, the route a TLS server name asks for: the bootstrap, or
-    /// a broker kshim serves now (or within its grace period). `None` without
-    /// `sni_host`, or for a name that is neither.
-    pub fn route_by_name(&self, server_name: Option<&str>) -> Option<Route> {
-        match self.layout.server_names.as_ref()?.route(server_name)? {
-            Route::Node(id) if !self.lock().contains_key(&id) => None,
-            route => Some(route),
+    /// With `sni_host`, what a TLS server name asks for: the bootstrap, a broker
+    /// kshim serves now (or within its grace period), or a broker's name for a
+    /// node it has not seen (yet). `Unrecognized` without `sni_host`, or for a
+    /// name that is neither.
+    pub fn route_by_name(&self, server_name: Option<&str>) -> NameRoute {
+        let Some(names) = self.layout.server_names.as_ref() else {
+            return NameRoute::Unrecognized;
+        };
+        match names.route(server_name) {
+            None => NameRoute::Unrecognized,
+            Some(Route::Node(id)) if !self.lock().contains_key(&id) => NameRoute::NotYetSeen(id),
+            Some(route) => NameRoute::Found(route),
         }
     }
 
@@ -411,7 +427,7 @@ mod tests {
         let listeners = Listeners::new(l, tx);
         assert_eq!(
             listeners.route_by_name(Some("b-1.kafka.test")),
-            None,
+            NameRoute::NotYetSeen(1),
             "not known yet"
         );
         assert_eq!(
@@ -420,14 +436,21 @@ mod tests {
         );
         assert!(rx.try_recv().is_err(), "nothing bound");
         assert_eq!(
-            listeners.route_by_name(Some("B-1.kafka.test")),
-            Some(Route::Node(1))
+            listeners.route_by_name(Some("B-1.kafka.test.")),
+            NameRoute::Found(Route::Node(1))
         );
         assert_eq!(
             listeners.route_by_name(Some("kafka.test")),
-            Some(Route::Bootstrap)
+            NameRoute::Found(Route::Bootstrap)
         );
-        assert_eq!(listeners.route_by_name(Some("b-2.kafka.test")), None);
-        assert_eq!(listeners.route_by_name(None), None);
+        assert_eq!(
+            listeners.route_by_name(Some("b-2.kafka.test")),
+            NameRoute::NotYetSeen(2)
+        );
+        assert_eq!(
+            listeners.route_by_name(Some("b-2.kafka.org")),
+            NameRoute::Unrecognized
+        );
+        assert_eq!(listeners.route_by_name(None), NameRoute::Unrecognized);
     }
 }

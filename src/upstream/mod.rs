@@ -15,7 +15,7 @@ pub mod sni;
 
 pub use cluster::{ClusterView, UpstreamFeatures};
 pub use link::{LinkSettings, UnknownApiKeys, UpstreamLink};
-pub use listeners::{ListenerLayout, Listeners, Route};
+pub use listeners::{ListenerLayout, Listeners, NameRoute, Route};
 
 /// What went wrong between kshim and the upstream. Each variant says who caused it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -62,7 +62,14 @@ pub struct Upstream {
     refreshes_ok: AtomicU64,
     refreshes_failed: AtomicU64,
     refresh: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    /// When the last refresh asked for by a server name of an unseen broker
+    /// ended; those who ask while one runs wait for it here.
+    unseen_refresh: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// Refreshes asked for by server names of unseen brokers: at most one a
+/// second, whatever names a client makes up.
+const UNSEEN_REFRESH_SPACING: Duration = Duration::from_secs(1);
 
 impl Upstream {
     /// `refresh` reaches whoever refreshes the view; each request is answered
@@ -86,6 +93,7 @@ impl Upstream {
             refreshes_ok: AtomicU64::new(0),
             refreshes_failed: AtomicU64::new(0),
             refresh,
+            unseen_refresh: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -178,6 +186,23 @@ impl Upstream {
         if self.refresh.send(tx).is_ok() {
             let _ = tokio::time::timeout(timeout, rx).await;
         }
+    }
+
+    /// A client asked, by TLS server name, for a broker this instance has not
+    /// seen: refreshes the view once (within `timeout`), so that a broker that
+    /// just joined, or that another replica knows already, is served. One such
+    /// refresh at a time, and at most one a second: a client that asks for
+    /// names of brokers that do not exist gets the view of the last second.
+    pub async fn refresh_for_unseen_broker(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, async {
+            let mut last = self.unseen_refresh.lock().await;
+            if last.is_some_and(|t| t.elapsed() < UNSEEN_REFRESH_SPACING) {
+                return;
+            }
+            self.refresh_now(timeout).await;
+            *last = Some(std::time::Instant::now());
+        })
+        .await;
     }
 
     /// Rewrites the broker addresses in a response frame (without its size

@@ -77,11 +77,13 @@ impl ServerNames {
     /// pattern (whether that broker exists is the caller's to check). `None`:
     /// no name, or one that is neither.
     pub fn route(&self, server_name: Option<&str>) -> Option<Route> {
+        // A fully qualified name may end in a dot; it names the same host.
         let name = server_name?.to_ascii_lowercase();
+        let name = name.strip_suffix('.').unwrap_or(&name);
         if name == self.bootstrap {
             return Some(Route::Bootstrap);
         }
-        self.node_of(&name).map(Route::Node)
+        self.node_of(name).map(Route::Node)
     }
 
     fn node_of(&self, name: &str) -> Option<i32> {
@@ -184,6 +186,15 @@ mod tests {
         assert_eq!(
             n.route(Some("broker-0.kafka.example.com")),
             Some(Route::Node(0))
+        );
+        assert_eq!(
+            n.route(Some("Broker-3.kafka.example.com.")),
+            Some(Route::Node(3)),
+            "a trailing dot"
+        );
+        assert_eq!(
+            n.route(Some("bootstrap.kafka.example.com.")),
+            Some(Route::Bootstrap)
         );
         for other in [
             "broker-07.kafka.example.com",

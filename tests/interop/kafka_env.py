@@ -1478,6 +1478,63 @@ def start_kafka(nodes: int = 1, **kwargs) -> KafkaCluster:
     return KafkaCluster(nodes, **kwargs).start()
 
 
+class TcpRelay:
+    """A TCP relay on loopback: each accepted client gets its own connection to `target`
+    (from the local address `source` when given), opened with `header(client, target port)`
+    when `header` is set (a load balancer's PROXY protocol header), and bytes are pumped both
+    ways. While `refusing` is set, accepted clients are closed at once (a target that is away).
+    `client` is the address `header` is told."""
+
+    def __init__(self, target: tuple[str, int], source: str | None = None):
+        self.target = target
+        self.source = source
+        self.header = None
+        self.refusing = False
+        self.client = ("192.0.2.10", 40000)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refusing:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(
+                    self.target, timeout=5, source_address=(self.source, 0) if self.source else None)
+                upstream.settimeout(None)
+                if self.header is not None:
+                    upstream.sendall(self.header(self.client, self.target[1]))
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()
+
+
 # --------------------------------------------------------------------------------------------
 # the librdkafka mock cluster
 

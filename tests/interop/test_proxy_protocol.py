@@ -41,52 +41,12 @@ def v2_header(client: tuple[str, int], kshim_port: int) -> bytes:
     return b"\r\n\r\n\x00\r\nQUIT\n" + bytes([0x21, 0x11]) + struct.pack(">H", len(body)) + body
 
 
-class Relay:
+class Relay(ke.TcpRelay):
     """A load balancer: each accepted client gets its own connection to kshim, from
     BALANCER, opened with `header(client address)` (None: no header)."""
 
     def __init__(self, target: tuple[str, int]):
-        self.target = target
-        self.header = None
-        self.client = ("192.0.2.10", 40000)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5, source_address=(BALANCER, 0))
-                upstream.settimeout(None)
-                if self.header is not None:
-                    upstream.sendall(self.header(self.client, self.target[1]))
-            except OSError:
-                client.close()
-                continue
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while chunk := src.recv(65536):
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self._stop.set()
-        self.listener.close()
+        super().__init__(target, source=BALANCER)
 
 
 def answered(bootstrap: str) -> bool:

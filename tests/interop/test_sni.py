@@ -182,3 +182,53 @@ def test_config_check_refuses_sni_without_tls_and_warns_of_an_uncovering_certifi
     assert res.returncode == 0, res.stderr
     assert "warning: upstream.listeners.sni_host: the certificate does not name" in res.stderr, res.stderr
     assert f"*.{DOMAIN}" in res.stderr, res.stderr
+
+
+def api_versions_by_name(port: int, ca, server_name: str, check_hostname: bool = True) -> int:
+    """An ApiVersions exchange over TLS to 127.0.0.1:`port` asking for `server_name` (checked
+    against the certificate unless `check_hostname` is off); its error code."""
+    import socket
+    import ssl
+    import struct
+
+    context = ssl.create_default_context(cafile=str(ca))
+    context.check_hostname = check_hostname
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as raw:
+        with context.wrap_socket(raw, server_hostname=server_name) as sock:
+            frame = ke.api_versions_request(3)
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+            (size,) = struct.unpack(">i", ke._recv_exact(sock, 4))
+            return ke.parse_api_versions(ke._recv_exact(sock, size)).error_code
+
+
+def test_a_broker_not_seen_yet_is_served_after_one_refresh(kafka_trio, kshim_binary, certs, tmp_path):
+    """kshim starts while the cluster is away (its bootstrap is a relay that refuses) and
+    refreshes its view only every ten minutes, so it knows no broker. Once the cluster is back,
+    a client asking for broker-2 by name, before any periodic refresh, is served after the one
+    refresh its name asks for, as is a name with a trailing dot; a broker that does not exist
+    is refused (unrecognized_name) after that refresh, and logged once."""
+    made, cert, key = certs
+    relay = ke.TcpRelay(("127.0.0.1", kafka_trio.nodes[0].port))
+    relay.refusing = True
+    port = ke.free_port()
+    config = sni_config(f"127.0.0.1:{relay.port}", cert, key, port).replace(
+        "refresh_interval_ms = 1000", "refresh_interval_ms = 600000")
+    kshim = ke.KshimProcess(config, binary=kshim_binary, upstream=f"127.0.0.1:{relay.port}", port=port,
+                            workdir=tmp_path / "kshim")
+    kshim.start()
+    try:
+        assert ke.wait_until(lambda: "no upstream broker reachable" in kshim.log_text(), timeout=20), \
+            ke.tail(kshim.log_path)
+        relay.refusing = False
+        assert api_versions_by_name(port, made.ca, f"broker-2.{DOMAIN}") == 0
+        # Python's own hostname check does not take the trailing dot; kshim must.
+        assert api_versions_by_name(port, made.ca, f"broker-3.{DOMAIN}.", check_hostname=False) == 0
+        refused = s_client(port, made.ca, f"broker-77.{DOMAIN}")
+        text = refused.stdout + refused.stderr
+        assert refused.returncode != 0 and "unrecognized name" in text, text[-2000:]
+        log = kshim.log_text()
+        assert f'server name "broker-77.{DOMAIN}" is broker 77\'s' in log, ke.tail(kshim.log_path)
+        assert "upstream reachable again" in log or "upstream has 3 broker(s)" in log, ke.tail(kshim.log_path)
+    finally:
+        kshim.stop()
+        relay.close()
