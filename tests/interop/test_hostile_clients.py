@@ -532,3 +532,39 @@ def test_a_tls_handshake_storm_is_refused_at_once_past_the_queue(kshim_factory, 
     assert metric(admin, "kshim_tls_handshakes_pending") == 0
     assert kafka_env.wait_until(lambda: socket_descriptors(proc.pid) <= sockets_before, timeout=5), (
         f"{socket_descriptors(proc.pid)} sockets open, {sockets_before} before the storm")
+
+
+def test_requests_trickled_a_byte_at_a_time_are_cut_off(kshim_factory):
+    """Slowloris on requests: 100 connections each announce a 64 KiB frame and send a byte of
+    it every 200 ms. They hold the budget for their frames only (kshim's RSS stays flat), a
+    well-behaved client is answered as before, and each is closed at frame_read_timeout_ms."""
+    proc, admin = standalone(kshim_factory, "frame_read_timeout_ms = 3000\n")
+    host, port = kafka_env.split_hostport(proc.bootstrap)
+    rss_before = rss_mib(proc.pid)
+    cut_before = metric(admin, "kshim_connections_closed_total", '{reason="frame_timeout"}')
+    socks = []
+    for _ in range(100):
+        s = socket.create_connection((host, port), timeout=5)
+        s.sendall(struct.pack(">i", 64 * 1024) + b"\x00\x12")
+        socks.append(s)
+    probe = LatencyProbe(proc.bootstrap, 3.0)
+    deadline = time.monotonic() + 6
+    open_socks = list(socks)
+    rss_peak = rss_before
+    while open_socks and time.monotonic() < deadline:
+        for s in list(open_socks):
+            try:
+                s.send(b"\x00")
+            except OSError:
+                open_socks.remove(s)
+        rss_peak = max(rss_peak, rss_mib(proc.pid))
+        time.sleep(0.2)
+    p99 = probe.p99()
+    cut = metric(admin, "kshim_connections_closed_total", '{reason="frame_timeout"}') - cut_before
+    print(f"slowloris: 100 trickling connections, kshim's RSS +{rss_peak - rss_before:.1f} MiB, {cut:.0f} cut off; "
+          f"another client's p99 {p99 * 1000:.2f} ms", file=sys.stderr)
+    for s in socks:
+        s.close()
+    assert cut == 100, f"{cut} of 100 trickling connections were cut off"
+    assert rss_peak - rss_before <= RSS_GROWTH_LIMIT_MIB, f"kshim's RSS grew by {rss_peak - rss_before:.1f} MiB"
+    assert p99 <= P99_LIMIT_S, f"a well-behaved client's ApiVersions p99 was {p99 * 1000:.1f} ms beside them"

@@ -7,7 +7,7 @@ per address, idle connections, and exact re-encoding of a request that kshim nar
 - `connections_max_idle_ms`: idle sockets are closed while a producer sending every 300 ms
   loses nothing.
 - An idle connection (one ApiVersions answered) holds at most 5 KiB of kshim's heap
-  (`kshim_heap_allocated_bytes`, over 1,000 of them).
+  (`kshim_heap_allocated_bytes`, over 1,000 of them), with 100 per-address overrides configured.
 - A CreateTopics v5 request whose kept topic carries a tagged field numbered 2^31 + 5, with a
   second topic the policy refuses: the request kshim sends on is the client's own bytes minus the
   refused topic, and the broker creates the kept one.
@@ -261,7 +261,11 @@ IDLE_CONNECTIONS = 1000
 def test_an_idle_connection_holds_little_of_kshims_heap(kshim_factory):
     token = "limits-" + uuid.uuid4().hex
     admin_port = kafka_env.free_port()
+    # 100 per-address overrides: shared by every connection, never copied into each (they cost
+    # 4 KiB a copy, more than an idle connection's whole share).
+    overrides = ", ".join(f'"10.9.{i // 250}.{i % 250 + 1}" = 5' for i in range(100))
     proc = kshim_factory(f'max_connections_per_ip = {IDLE_CONNECTIONS + 100}\n'
+                         f'max_connections_per_ip_overrides = {{ {overrides} }}\n'
                          f'[admin]\nlisten = "127.0.0.1:{admin_port}"\ntoken = "${{env:KSHIM_TEST_TOKEN}}"\n',
                          env={"KSHIM_TEST_TOKEN": token})
     admin = kafka_env.AdminApi(admin_port, token)
