@@ -36,10 +36,11 @@ import tls_support
 
 MIB = 1 << 20
 TOKEN = "hostile-" + uuid.uuid4().hex
-# How long the hostile client writes, and the idle timeout that then closes it.
-WRITE_SECONDS = 3.0
-MAX_WRITE_SECONDS = 20.0
-IDLE_MS = 8000
+# How long the hostile client writes once kshim has stopped reading it, and the idle timeout
+# that then closes it. KSHIM_HOSTILE_SECONDS=30 is the long run (docs/security.md).
+WRITE_SECONDS = float(os.environ.get("KSHIM_HOSTILE_SECONDS", "3"))
+MAX_WRITE_SECONDS = 20.0 + WRITE_SECONDS
+IDLE_MS = int(WRITE_SECONDS * 1000) + 2500
 # What kshim may grow by while a client pipelines: its bound (1 MiB), the socket's and the
 # allocator's pages, and what the first connections warm up.
 RSS_GROWTH_LIMIT_MIB = 8
