@@ -96,6 +96,13 @@ impl Reply {
     }
 }
 
+/// A reply that is ready, counted in `ready_bytes` (the connection's
+/// `ready_bytes`) until `take_replies` moves it to the outbox.
+fn ready(ready_bytes: &mut usize, reply: Reply, outcome: Outcome) -> Slot {
+    *ready_bytes += reply.unsent_bytes();
+    Slot::Ready(reply, outcome)
+}
+
 /// Where one request's reply stands.
 enum Slot {
     Ready(Reply, Outcome),
@@ -281,7 +288,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         loop {
             let may_take = self.may_take_response();
             let Some(link) = self.link.as_mut() else {
-                return Ok(());
+                break;
             };
             let answers = &mut self.answers;
             let most = answers.most();
@@ -310,11 +317,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     // What the grant took for it (the budget caps a grant at its total).
                     let held = frame.len().min(self.answers.most());
                     entry.slot = match (self.session.response(then, frame), delay) {
-                        (Ok(frame), None) => {
-                            let reply = Reply::Unprefixed(frame, held as u32);
-                            self.ready_bytes += reply.unsent_bytes();
-                            Slot::Ready(reply, Outcome::Forwarded)
-                        }
+                        (Ok(frame), None) => ready(
+                            &mut self.ready_bytes,
+                            Reply::Unprefixed(frame, held as u32),
+                            Outcome::Forwarded,
+                        ),
                         (Ok(frame), Some(delay)) => {
                             // A lab delay: the answer waits in a timer, outside the budget.
                             self.answers.give_back(held);
@@ -355,15 +362,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             };
             self.laters -= 1;
             *progress = true;
+            let counted = &mut self.ready_bytes;
             entry.slot = match action {
-                Action::Respond(frame) => {
-                    self.ready_bytes += frame.len();
-                    Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)
-                }
-                Action::Refused(frame) => {
-                    self.ready_bytes += frame.len();
-                    Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected)
-                }
+                Action::Respond(frame) => ready(counted, Reply::Prefixed(frame), Outcome::Answered),
+                Action::Refused(frame) => ready(counted, Reply::Prefixed(frame), Outcome::Rejected),
                 Action::Close(why) => Slot::Ready(Reply::Close(why), Outcome::Rejected),
                 other => Slot::Ready(
                     Reply::Close(format!("a deferred answer cannot be {other:?}")),
@@ -501,21 +503,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                 }
             };
             let timing = Timing::of(&request.header, now);
+            let counted = &mut self.ready_bytes;
             let (slot, kept) = match self.session.request(request, now) {
-                Action::Respond(frame) => {
-                    self.ready_bytes += frame.len();
-                    (
-                        Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Answered)),
-                        0,
-                    )
-                }
-                Action::Refused(frame) => {
-                    self.ready_bytes += frame.len();
-                    (
-                        Some(Slot::Ready(Reply::Prefixed(frame), Outcome::Rejected)),
-                        0,
-                    )
-                }
+                Action::Respond(frame) => (
+                    Some(ready(counted, Reply::Prefixed(frame), Outcome::Answered)),
+                    0,
+                ),
+                Action::Refused(frame) => (
+                    Some(ready(counted, Reply::Prefixed(frame), Outcome::Rejected)),
+                    0,
+                ),
                 Action::Close(why) => (Some(Slot::Ready(Reply::Close(why), Outcome::Rejected)), 0),
                 Action::Later(answer) => {
                     self.laters += 1;
