@@ -150,6 +150,21 @@ impl Release {
     pub fn metadata_version(&self, level: i16) -> Option<&MetadataVersionDefinition> {
         self.metadata_versions.iter().find(|m| m.level == level)
     }
+
+    /// What a broker of this release serves, as (api_key, min, max) sorted by
+    /// key: the APIs a broker listener serves, from the oldest version it parses
+    /// to the newest stable one (a latest version marked unstable is served only
+    /// with `unstable.api.versions.enable`).
+    pub fn broker_apis(&self) -> Vec<(i16, i16, i16)> {
+        self.apis
+            .iter()
+            .filter(|a| a.listeners.iter().any(|l| l == "broker"))
+            .filter_map(|a| {
+                let max = a.versions[1] - i16::from(a.latest_version_unstable);
+                (max >= a.versions[0]).then_some((a.key, a.versions[0], max))
+            })
+            .collect()
+    }
 }
 
 /// The data of a release by its major.minor ("4.1").
@@ -223,6 +238,25 @@ pub fn newest() -> &'static Release {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_release_serves_every_version_an_older_one_serves() {
+        // What makes one broker of the newest release every release, at the
+        // protocol level: KIP-896 removed the old versions in 4.0, and nothing
+        // since has been removed.
+        let served_by_newest = newest().broker_apis();
+        for release in releases() {
+            for (key, min, max) in release.broker_apis() {
+                let served = served_by_newest.iter().find(|a| a.0 == key);
+                assert!(
+                    served.is_some_and(|&(_, lo, hi)| lo <= min && max <= hi),
+                    "{} serves API {key} v{min}-v{max}; {} serves {served:?}",
+                    release.release,
+                    newest().release
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_release_reads_oldest_first() {

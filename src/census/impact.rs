@@ -26,22 +26,11 @@ pub struct ReleaseApis {
     pub apis: Vec<(i16, i16, i16)>,
 }
 
-/// What a broker of a release in the data serves: the APIs a broker listener
-/// serves, from the oldest version it parses to the newest stable one (a latest
-/// version marked unstable is served only with `unstable.api.versions.enable`).
+/// What a broker of a release in the data serves.
 fn from_data(release: &crate::releases::Release) -> ReleaseApis {
-    let apis = release
-        .apis
-        .iter()
-        .filter(|a| a.listeners.iter().any(|l| l == "broker"))
-        .filter_map(|a| {
-            let max = a.versions[1] - i16::from(a.latest_version_unstable);
-            (max >= a.versions[0]).then_some((a.key, a.versions[0], max))
-        })
-        .collect();
     ReleaseApis {
         version: release.minor().to_owned(),
-        apis,
+        apis: release.broker_apis(),
     }
 }
 

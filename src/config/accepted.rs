@@ -130,6 +130,7 @@ fn every_scenario_field() -> ScenarioSpec {
             api: "Metadata".into(),
             ms: 1,
         }],
+        release: Some("4.1".into()),
     }
 }
 

@@ -4,6 +4,7 @@
 use super::refusal::Refusal;
 use super::{Context, HandlerError};
 use crate::census::{Served, ServedRecord};
+use crate::features::kafka::is_kafka_feature;
 use crate::features::FeatureSnapshot;
 use crate::lab::Shape;
 use crate::protocol::api_versions::{
@@ -383,8 +384,29 @@ pub fn answer(
         ),
         Some(shape) => {
             let pinned = shape.features;
-            let mut view =
-                features_for_version(version, &snapshot, pinned.is_none_or(|p| p.min_zero_filter));
+            let min_zero_filter = pinned.is_none_or(|p| p.min_zero_filter);
+            let mut view = features_for_version(version, &snapshot, min_zero_filter);
+            if let Some(release) = shape.release {
+                // Kafka's own features are the release's; kshim's own stay.
+                view.supported.retain(|name, _| !is_kafka_feature(name));
+                view.finalized.retain(|name, _| !is_kafka_feature(name));
+                view.supported.extend(
+                    release
+                        .supported
+                        .iter()
+                        .filter(|(_, (min, _))| version >= 4 || *min > 0 || !min_zero_filter)
+                        .map(|(name, range)| (name.clone(), *range)),
+                );
+                if view.epoch >= 0 {
+                    view.finalized.extend(
+                        release
+                            .levels
+                            .iter()
+                            .filter(|(_, &l)| l > 0)
+                            .map(|(name, &l)| (name.clone(), (l, l))),
+                    );
+                }
+            }
             if let Some(epoch) = pinned.and_then(|p| p.epoch) {
                 view.epoch = epoch;
             }
@@ -395,7 +417,11 @@ pub fn answer(
                     .map(|(name, &l)| (name.clone(), (l, l)))
                     .collect();
             }
-            let apis = narrowed(&ctx.discovery.apis(), &shape.ranges);
+            let apis = narrowed(
+                &ctx.discovery.apis(),
+                &shape.ranges,
+                shape.release.is_some(),
+            );
             let draft = draft && ctx.discovery.draft_tags;
             let body = body_with_view(version, &apis, &view, draft, &shape.tags)?;
             let served = Served {
@@ -422,10 +448,12 @@ pub fn answer(
 
 /// `apis` with the lab's ranges intersected in; an API whose intersection is
 /// empty is left out.
-fn narrowed(apis: &[ApiRange], ranges: &[(i16, i16, i16)]) -> Vec<ApiRange> {
+/// `apis` narrowed to `ranges`; with `only_listed`, an API `ranges` does not
+/// name is left out (a release that lacks it).
+fn narrowed(apis: &[ApiRange], ranges: &[(i16, i16, i16)], only_listed: bool) -> Vec<ApiRange> {
     apis.iter()
         .filter_map(|a| match ranges.iter().find(|r| r.0 == a.api_key) {
-            None => Some(*a),
+            None => (!only_listed).then_some(*a),
             Some(&(_, min, max)) => {
                 let (min, max) = (a.min.max(min), a.max.min(max));
                 (min <= max).then_some(ApiRange {

@@ -140,6 +140,14 @@ impl Session {
         if self.lab.is_empty() {
             return self.act(request, read_at);
         }
+        if api_key != ApiKey::ApiVersions as i16 {
+            if let Some(why) = self.lab.refusal(api_key, version) {
+                if let Some(census) = &self.census {
+                    census.error(&format!("{}: not offered as presented", api_name(api_key)));
+                }
+                return Action::Close(why);
+            }
+        }
         // ApiVersions meets the lab's errors once it has named the software
         // (`api_versions`), so that scenarios matching the software apply to it.
         let injected = if api_key != ApiKey::ApiVersions as i16 {
@@ -233,6 +241,16 @@ impl Session {
                 self.counted_api_versions(version, read_at, None);
                 return Err::<Bytes, _>(e).into();
             }
+        }
+        if let Some(max) = self.lab.api_versions_max().filter(|max| version > *max) {
+            // As the presented release's broker answers a version it does not know.
+            self.counted_api_versions(version, read_at, None);
+            return Action::Respond(frame_with_body(
+                ApiKey::ApiVersions,
+                0,
+                request.correlation_id,
+                &crate::protocol::api_versions::unsupported_version_body_upto(max),
+            ));
         }
         if !self.lab.is_empty() {
             let api = ApiKey::ApiVersions as i16;

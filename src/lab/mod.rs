@@ -12,7 +12,12 @@
 //! - add tagged fields a client does not know to ApiVersions answers;
 //! - advertise narrower API version ranges;
 //! - answer an API with an error code, a given number of times or always;
-//! - delay the answers to an API.
+//! - delay the answers to an API;
+//! - be an Apache Kafka release (`release = "4.1"`): the release's API ranges
+//!   (intersected with what kshim offers; APIs the release lacks left out, and a
+//!   request outside them closes the connection, as that release's broker does),
+//!   its supported features, and the levels `kafka-storage format` of that
+//!   release finalizes, unless the scenario pins others.
 //!
 //! Scenarios come from `[[lab.scenarios]]` and from the admin API
 //! (`/admin/lab/scenarios`). Each connection works out which scenarios match it
@@ -22,6 +27,7 @@
 
 pub mod errors;
 
+use crate::features::kafka::KafkaRelease;
 use crate::protocol::api_versions::ClientSoftware;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -61,6 +67,9 @@ pub struct ScenarioSpec {
     pub errors: Vec<ErrorSpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delays: Vec<DelaySpec>,
+    /// An Apache Kafka release to present, "4.0" to the newest in the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
 }
 
 /// Which connections a scenario applies to. A name or version ending in `*`
@@ -165,7 +174,10 @@ struct Injection {
 pub struct Scenario {
     spec: ScenarioSpec,
     address: Option<(IpAddr, u8)>,
+    /// The ranges it presents: its own `api_versions`, then its release's.
     ranges: Vec<(i16, i16, i16)>,
+    /// With a release: that release's features, and no API beyond `ranges`.
+    release: Option<ReleaseView>,
     tags: BTreeMap<i32, Bytes>,
     injections: Vec<Injection>,
     delays: Vec<(i16, Duration)>,
@@ -310,6 +322,23 @@ impl Scenario {
                 None => errors.push(format!("delays: {} is not a Kafka API name or key", d.api)),
             }
         }
+        let release = spec.release.as_deref().and_then(|name| {
+            let found = KafkaRelease::named(name).map(ReleaseView::of);
+            if found.is_none() {
+                errors.push(format!(
+                    "release: \"{name}\" is not a Kafka release kshim has data for ({})",
+                    KafkaRelease::known()
+                ));
+            }
+            found
+        });
+        if let Some(release) = &release {
+            for &(key, min, max) in &release.apis {
+                if !ranges.iter().any(|r| r.0 == key) {
+                    ranges.push((key, min, max));
+                }
+            }
+        }
         if let Some(levels) = spec.features.as_ref().and_then(|f| f.levels.as_ref()) {
             for (name, level) in levels {
                 if *level < 0 {
@@ -324,6 +353,7 @@ impl Scenario {
             spec,
             address,
             ranges,
+            release,
             tags,
             injections,
             delays,
@@ -529,10 +559,40 @@ pub struct Applied {
     scenarios: Vec<Arc<Scenario>>,
 }
 
+/// An Apache Kafka release as a scenario presents it.
+#[derive(Debug, Clone)]
+pub struct ReleaseView {
+    /// "4.1".
+    pub name: &'static str,
+    /// What its brokers serve: (api_key, min, max).
+    pub apis: Vec<(i16, i16, i16)>,
+    /// Its supported features: name -> (min, max).
+    pub supported: BTreeMap<String, (i16, i16)>,
+    /// What `kafka-storage format` of the release finalizes.
+    pub levels: BTreeMap<String, i16>,
+}
+
+impl ReleaseView {
+    fn of(release: KafkaRelease) -> ReleaseView {
+        ReleaseView {
+            name: release.minor(),
+            apis: release.data().broker_apis(),
+            supported: release
+                .supported_features()
+                .iter()
+                .map(|(name, r)| (name.clone(), (r.min, r.max)))
+                .collect(),
+            levels: release.format_levels(),
+        }
+    }
+}
+
 /// What the lab makes of an ApiVersions answer for one connection.
 pub struct Shape<'a> {
     pub features: Option<&'a PinnedFeatures>,
     pub ranges: Vec<(i16, i16, i16)>,
+    /// A release presented: its features, and no API beyond `ranges`.
+    pub release: Option<&'a ReleaseView>,
     pub tags: BTreeMap<i32, Bytes>,
     /// The scenarios that shaped it.
     pub names: Vec<String>,
@@ -576,6 +636,53 @@ impl Applied {
             .find_map(|s| s.take_error(api).map(|code| (code, s.name())))
     }
 
+    /// Why a request for `api` at `version` is not served, when a scenario
+    /// presents a release whose brokers do not serve it: a broker closes the
+    /// connection of a request it does not serve (ApiVersions excepted, which
+    /// the session answers). A scenario that only narrows `api_versions`
+    /// changes what is advertised, not what is served.
+    pub fn refusal(&self, api: i16, version: i16) -> Option<String> {
+        let name = || {
+            ApiKey::try_from(api).map_or_else(|_| format!("API key {api}"), |a| format!("{a:?}"))
+        };
+        for s in &self.scenarios {
+            if let Some(&(_, min, max)) = s.ranges.iter().find(|r| r.0 == api) {
+                let release = s.release.as_ref()?;
+                if (min..=max).contains(&version) {
+                    return None;
+                }
+                return Some(format!(
+                    "{} v{version} is not offered by Kafka {} as presented (v{min}-v{max}; discovery lab scenario {})",
+                    name(),
+                    release.name,
+                    s.name()
+                ));
+            }
+        }
+        let release = self
+            .scenarios
+            .iter()
+            .find_map(|s| s.release.as_ref().map(|r| (r, s)))?;
+        Some(format!(
+            "{} is not offered by Kafka {} as presented (discovery lab scenario {})",
+            name(),
+            release.0.name,
+            release.1.name()
+        ))
+    }
+
+    /// The highest ApiVersions version a presented release serves, when a
+    /// release scenario decides it.
+    pub fn api_versions_max(&self) -> Option<i16> {
+        let api = ApiKey::ApiVersions as i16;
+        let s = self
+            .scenarios
+            .iter()
+            .find(|s| s.ranges.iter().any(|r| r.0 == api))?;
+        s.release.as_ref()?;
+        s.ranges.iter().find(|r| r.0 == api).map(|r| r.2)
+    }
+
     /// How long to hold the answer to `api`.
     pub fn delay_for(&self, api: i16) -> Option<Duration> {
         self.scenarios.iter().find_map(|s| {
@@ -591,6 +698,7 @@ impl Applied {
         let mut shape = Shape {
             features: None,
             ranges: Vec::new(),
+            release: None,
             tags: BTreeMap::new(),
             names: Vec::new(),
         };
@@ -608,6 +716,10 @@ impl Applied {
                     shape.ranges.push((key, min, max));
                     used = true;
                 }
+            }
+            if shape.release.is_none() && s.release.is_some() {
+                shape.release = s.release.as_ref();
+                used = true;
             }
             if !s.ranges.is_empty() {
                 s.count(LabAction::ApiVersions);

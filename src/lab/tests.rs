@@ -149,3 +149,55 @@ fn the_toml_examples_in_docs_clients_md_are_valid_configs() {
         }
     }
 }
+
+#[test]
+fn a_release_scenario_serves_what_that_release_serves() {
+    let who = Who {
+        software: None,
+        principal: "User:ANONYMOUS",
+        addr: "127.0.0.1".parse().unwrap(),
+    };
+    let lab = Lab::new(vec![Scenario::new(spec(
+        "name = \"as-4.0\"\nrelease = \"4.0\"\n[api_versions]\nMetadata = [0, 10]",
+    ))
+    .unwrap()]);
+    let mut applied = Applied::default();
+    applied.rematch(&lab, &who);
+    let shape = applied.shape().expect("shaped");
+    let release = shape.release.expect("a release");
+    assert_eq!(release.name, "4.0");
+    // Keys 93 and 94 came with 4.4: a 4.0 broker does not serve them.
+    assert!(release.apis.iter().all(|a| a.0 != 93 && a.0 != 94));
+    assert!(!release.levels.is_empty() && release.supported.contains_key("metadata.version"));
+    // The scenario's own range comes first; the release fills in the rest.
+    assert!(shape.ranges.contains(&(3, 0, 10)));
+    let (_, _, produce_max) = *shape.ranges.iter().find(|r| r.0 == 0).unwrap();
+    assert_eq!(applied.refusal(0, produce_max), None);
+    let beyond = applied.refusal(0, produce_max + 1).expect("refused");
+    assert!(
+        beyond.contains("Produce") && beyond.contains("Kafka 4.0 as presented"),
+        "{beyond}"
+    );
+    assert!(applied.refusal(3, 11).is_some());
+    let missing = applied.refusal(93, 0).expect("refused");
+    assert!(missing.contains("not offered by Kafka 4.0"), "{missing}");
+    assert_eq!(applied.api_versions_max(), Some(4));
+
+    // Narrowing alone changes what is advertised, not what is served.
+    let narrowing = Lab::new(vec![Scenario::new(spec(
+        "name = \"narrow\"\n[api_versions]\nProduce = [3, 5]\nApiVersions = [0, 2]",
+    ))
+    .unwrap()]);
+    let mut applied = Applied::default();
+    applied.rematch(&narrowing, &who);
+    assert_eq!(applied.refusal(0, 11), None);
+    assert_eq!(applied.api_versions_max(), None);
+
+    let unknown = Scenario::new(spec("name = \"x\"\nrelease = \"3.9\""))
+        .err()
+        .expect("refused");
+    assert!(
+        unknown[0].contains("\"3.9\" is not a Kafka release"),
+        "{unknown:?}"
+    );
+}

@@ -96,12 +96,17 @@ pub fn is_valid_client_software(software: &ClientSoftware) -> bool {
 /// the v0 layout, UNSUPPORTED_VERSION, and only ApiVersions' own range, so that the
 /// client can retry with a version both sides speak.
 pub fn unsupported_version_body() -> Bytes {
+    unsupported_version_body_upto(MAX_VERSION)
+}
+
+/// The same, from a broker whose highest ApiVersions version is `max`.
+pub fn unsupported_version_body_upto(max: i16) -> Bytes {
     let body = ApiVersionsResponse::default()
         .with_error_code(WireRefusal::UnsupportedVersion.code())
         .with_api_keys(vec![ApiVersion::default()
             .with_api_key(ApiKey::ApiVersions as i16)
             .with_min_version(0)
-            .with_max_version(MAX_VERSION)]);
+            .with_max_version(max)]);
     encode_body(ApiKey::ApiVersions, 0, &body).unwrap_or_default()
 }
 

@@ -12,6 +12,9 @@ Apache Kafka 4.1.1 node.
 - A lab scenario answers UpdateFeatures with NOT_CONTROLLER twice; kafka-features.sh (the Java
   Admin client) retries and the change lands.
 - 100,000 distinct fake client software names leave the census within its cap.
+- A scenario with `release = "4.0"` presents Kafka 4.0 in front of the 4.1.1 node: 4.0's API
+  ranges and levels, a 4.1-only Produce version refused as a 4.0 broker refuses it, and
+  kafka-python served.
 
 Run: .venv/bin/python -m pytest tests/interop/test_census_lab.py -p no:cacheprovider -ra
 """
@@ -516,3 +519,69 @@ errors = [{{ api = "ApiVersions", error_code = 42, times = 1 }}]
     status, body = admin.call("PUT", "/admin/lab/scenarios/bad", {"errors": [{"api": "Produce", "error_code": 6}]})
     assert status == 400 and "no top-level error code" in body["error"], body
     assert {s["name"] for s in admin.get("/admin/lab/scenarios")[1]["scenarios"]} == {"shape", "slow", "refuse-once"}
+
+
+RELEASE_CLIENT = r"""
+import json, sys, uuid
+from kafka import KafkaConsumer, KafkaProducer
+bootstrap = sys.argv[1]
+topic = "as-release-" + uuid.uuid4().hex[:8]
+p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=20000)
+for i in range(10):
+    p.send(topic, f"r{i}".encode()).get(timeout=30)
+p.close()
+c = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10000)
+got = sorted(m.value.decode() for _, m in zip(range(10), c))
+c.close()
+print(json.dumps({"got": got}))
+"""
+
+
+def release_apis(minor: str) -> dict[int, tuple[int, int]]:
+    """What a broker of `minor` serves, from kshim's release data."""
+    data = json.loads((REPO / "data" / "kafka" / f"{minor}.json").read_text())
+    out = {}
+    for a in data["apis"]:
+        top = a["versions"][1] - int(a["latest_version_unstable"])
+        if "broker" in a["listeners"] and top >= a["versions"][0]:
+            out[a["key"]] = (a["versions"][0], top)
+    return out
+
+
+def test_a_release_scenario_presents_kafka_4_0_in_front_of_a_newer_broker(kshim_factory, kafka_broker):
+    """A scenario with release = "4.0" in front of the Kafka 4.1.1 node: ApiVersions lists what a
+    4.0 broker serves (Produce up to v12, no share-group API) and the levels 4.0's
+    kafka-storage format finalizes; a Produce v13, which 4.1 serves and 4.0 does not, closes the
+    connection as a 4.0 broker does; ApiVersions v5 gets 4.0's UNSUPPORTED_VERSION answer (v0, with
+    ApiVersions v0-v4); kafka-python produces and consumes through it."""
+    kshim = kshim_factory('[[lab.scenarios]]\nname = "as-4.0"\nrelease = "4.0"\n', upstream=kafka_broker.bootstrap)
+    direct = ke.api_versions(kafka_broker.bootstrap)
+    assert ke.wait_until(lambda: 0 in ke.api_versions(kshim.bootstrap).api_keys, 20)
+    presented = ke.api_versions(kshim.bootstrap)
+    want = release_apis("4.0")
+    for key, (lo, hi) in presented.api_keys.items():
+        assert key in want and want[key][0] <= lo and hi <= want[key][1], (key, (lo, hi), want.get(key))
+    assert presented.api_keys[0][1] == 12 and direct.api_keys[0][1] >= 13
+    assert 76 in direct.api_keys and 76 not in presented.api_keys, "ShareGroupHeartbeat came with 4.1"
+    data = json.loads((REPO / "data" / "kafka" / "4.0.json").read_text())
+    assert presented.finalized["metadata.version"][0] == data["latest_production_metadata_version"]
+
+    host, port = ke.split_hostport(kshim.bootstrap)
+    with socket.create_connection((host, port), timeout=10) as s:
+        header = struct.pack(">hhih", 0, 13, 7, 5) + b"probe" + b"\x00"
+        s.sendall(struct.pack(">i", len(header)) + header)
+        s.settimeout(10)
+        try:
+            closed = s.recv(4) == b""
+        except ConnectionResetError:
+            closed = True
+    assert closed, "a Produce v13 was answered"
+
+    frame = ke.api_versions_request(5, ("probe-release", "1"))
+    answer = ke.exchange(kshim.bootstrap, frame, 10)
+    error_code, count = struct.unpack(">hi", answer[4:10])
+    key, lo, hi = struct.unpack(">hhh", answer[10:16])
+    assert (error_code, count, key, lo, hi) == (35, 1, 18, 0, 4), (error_code, count, key, lo, hi)
+
+    out = python_json(RELEASE_CLIENT, kshim.bootstrap)
+    assert out["got"] == sorted(f"r{i}" for i in range(10)), out
