@@ -199,6 +199,7 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
         ),
         max_unsent_response_bytes: config.max_unsent_response_bytes,
         handshakes: config.handshake_limits(),
+        handshake_timeout: Duration::from_millis(config.tls_handshake_timeout_ms),
         idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
         frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),

@@ -70,6 +70,8 @@ pub struct Config {
     pub max_pending_handshakes: Option<usize>,
     /// Of those, from one client address; `None`: a quarter of them.
     pub max_pending_handshakes_per_ip: Option<usize>,
+    /// How long a TLS handshake may take from the accept.
+    pub tls_handshake_timeout_ms: u64,
     /// File descriptors kept back from client connections, for the store, the
     /// admin API and kshim's own upstream connections.
     pub descriptor_reserve: usize,
@@ -196,6 +198,7 @@ impl Default for Config {
             max_unsent_response_bytes: crate::server::DEFAULT_MAX_UNSENT_RESPONSE_BYTES,
             max_pending_handshakes: None,
             max_pending_handshakes_per_ip: None,
+            tls_handshake_timeout_ms: crate::server::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64,
             descriptor_reserve: 256,
             shutdown_delay_ms: 5_000,
             shutdown_grace_ms: 30_000,
@@ -332,6 +335,12 @@ impl Config {
             }
             if let Some(v) = top.int::<usize>("max_pending_handshakes_per_ip", "a positive count") {
                 c.max_pending_handshakes_per_ip = Some(v);
+            }
+            if let Some(v) = top.int::<u64>(
+                "tls_handshake_timeout_ms",
+                "a positive number of milliseconds",
+            ) {
+                c.tls_handshake_timeout_ms = v;
             }
             if let Some(v) = top.int::<usize>("descriptor_reserve", "a count of descriptors") {
                 c.descriptor_reserve = v;
@@ -557,6 +566,12 @@ impl Config {
             if value == Some(0) {
                 errors.push(ConfigError::new(key, "must be at least 1"));
             }
+        }
+        if self.tls_handshake_timeout_ms == 0 {
+            errors.push(ConfigError::new(
+                "tls_handshake_timeout_ms",
+                "must be at least 1",
+            ));
         }
         if self.max_unsent_response_bytes == 0 {
             errors.push(ConfigError::new(

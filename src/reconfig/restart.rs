@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 36] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 37] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -97,6 +97,11 @@ pub(super) const RESTART_ONLY: [RestartOnly; 36] = [
         key: Some("frame_read_timeout_ms"),
         name: "frame_read_timeout_ms",
         same: |a, b| a.frame_read_timeout_ms == b.frame_read_timeout_ms,
+    },
+    RestartOnly {
+        key: Some("tls_handshake_timeout_ms"),
+        name: "tls_handshake_timeout_ms",
+        same: |a, b| a.tls_handshake_timeout_ms == b.tls_handshake_timeout_ms,
     },
     RestartOnly {
         key: Some("max_pending_handshakes"),

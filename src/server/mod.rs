@@ -27,8 +27,8 @@ use tokio_util::task::TaskTracker;
 pub const DEFAULT_MAX_UNSENT_RESPONSE_BYTES: usize = 1 << 20;
 
 /// How long a client has to finish its TLS handshake, from the moment its
-/// connection was accepted.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// connection was accepted, unless `tls_handshake_timeout_ms` says otherwise.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A fatal TLS alert, unrecognized_name (112), as a plaintext record: the answer
 /// to a ClientHello whose server name is neither the bootstrap's nor a broker's.
@@ -80,6 +80,8 @@ pub struct Limits {
     pub proxy_protocol: ProxyProtocol,
     /// TLS handshakes waiting or running at once, in all and per address.
     pub handshakes: admission::HandshakeLimits,
+    /// How long a TLS handshake may take from the accept.
+    pub handshake_timeout: Duration,
 }
 
 /// Which PROXY protocol headers client connections begin with, and who may
@@ -150,6 +152,7 @@ impl Default for Limits {
             shutdown_grace: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
             handshakes: admission::HandshakeLimits::for_this_machine(),
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             budget: FrameBudget::new(memory::default_frame_budget(
                 crate::protocol::DEFAULT_MAX_FRAME_BYTES,
                 &memory::memory_limit(),
@@ -406,7 +409,7 @@ pub async fn serve(
                                     Arc::clone(&material.config),
                                     Arc::clone(&ctx),
                                     addr,
-                                    accepted_at + HANDSHAKE_TIMEOUT,
+                                    accepted_at + limits.handshake_timeout,
                                 ))
                                 .await
                                 .flatten();
