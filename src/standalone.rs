@@ -220,14 +220,14 @@ fn frame_budget(config: &Config) -> usize {
     use crate::server::memory;
     let limit = memory::memory_limit();
     let (budget, why) = match config.max_queued_request_bytes {
-        Some(bytes) => (bytes, "max_queued_request_bytes".to_owned()),
+        Some(bytes) => (bytes, "max_queued_request_bytes"),
         None => (
             memory::default_frame_budget(config.max_frame_bytes, &limit),
-            format!("the default for {}", limit.source),
+            "the default for that memory; max_queued_request_bytes sets it",
         ),
     };
     tracing::info!(
-        "frames in transit are held to {} MiB ({why}); kshim may use {} MiB ({})",
+        "frames in transit are held to {} MiB at most ({why}); kshim may use {} MiB, from {}",
         budget >> 20,
         limit.bytes >> 20,
         limit.source
