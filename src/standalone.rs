@@ -236,7 +236,8 @@ fn frame_budget(config: &Config) -> usize {
         && (budget as u64).saturating_add(64 << 20) > limit.bytes
     {
         tracing::warn!(
-            "the frame budget ({} MiB) leaves under 64 MiB of the memory limit ({} MiB) for              everything else: lower max_frame_bytes or max_queued_request_bytes, or raise the limit",
+            "the frame budget ({} MiB) leaves under 64 MiB of the memory limit ({} MiB) for \
+             everything else: lower max_frame_bytes or max_queued_request_bytes, or raise the limit",
             budget >> 20,
             limit.bytes >> 20
         );

@@ -524,26 +524,30 @@ impl Config {
                 ),
             ));
         }
-        if self.max_connections == 0 {
-            errors.push(ConfigError::new("max_connections", "must be at least 1"));
-        }
-        if self.max_connections_per_ip == 0 {
-            errors.push(ConfigError::new(
-                "max_connections_per_ip",
-                "must be at least 1",
-            ));
-        }
-        if self.connections_max_idle_ms == 0 {
-            errors.push(ConfigError::new(
-                "connections_max_idle_ms",
-                "must be at least 1",
-            ));
-        }
-        if self.frame_read_timeout_ms == 0 {
-            errors.push(ConfigError::new(
-                "frame_read_timeout_ms",
-                "must be at least 1",
-            ));
+        // Counts and durations where 0 would refuse or close everything.
+        let at_least_one = [
+            ("max_connections", self.max_connections as u64),
+            ("max_connections_per_ip", self.max_connections_per_ip as u64),
+            ("connections_max_idle_ms", self.connections_max_idle_ms),
+            ("frame_read_timeout_ms", self.frame_read_timeout_ms),
+            ("tls_handshake_timeout_ms", self.tls_handshake_timeout_ms),
+            (
+                "max_unsent_response_bytes",
+                self.max_unsent_response_bytes as u64,
+            ),
+            (
+                "max_pending_handshakes",
+                self.max_pending_handshakes.map_or(1, |n| n as u64),
+            ),
+            (
+                "max_pending_handshakes_per_ip",
+                self.max_pending_handshakes_per_ip.map_or(1, |n| n as u64),
+            ),
+        ];
+        for (key, value) in at_least_one {
+            if value == 0 {
+                errors.push(ConfigError::new(key, "must be at least 1"));
+            }
         }
         if let Some(budget) = self.max_queued_request_bytes {
             if budget < self.max_frame_bytes {
@@ -555,29 +559,6 @@ impl Config {
                     ),
                 ));
             }
-        }
-        for (key, value) in [
-            ("max_pending_handshakes", self.max_pending_handshakes),
-            (
-                "max_pending_handshakes_per_ip",
-                self.max_pending_handshakes_per_ip,
-            ),
-        ] {
-            if value == Some(0) {
-                errors.push(ConfigError::new(key, "must be at least 1"));
-            }
-        }
-        if self.tls_handshake_timeout_ms == 0 {
-            errors.push(ConfigError::new(
-                "tls_handshake_timeout_ms",
-                "must be at least 1",
-            ));
-        }
-        if self.max_unsent_response_bytes == 0 {
-            errors.push(ConfigError::new(
-                "max_unsent_response_bytes",
-                "must be at least 1",
-            ));
         }
         if let Some(alter) = &self.alter_cluster {
             for p in alter {

@@ -675,12 +675,11 @@ impl Applied {
     /// release scenario decides it.
     pub fn api_versions_max(&self) -> Option<i16> {
         let api = ApiKey::ApiVersions as i16;
-        let s = self
+        let (s, max) = self
             .scenarios
             .iter()
-            .find(|s| s.ranges.iter().any(|r| r.0 == api))?;
-        s.release.as_ref()?;
-        s.ranges.iter().find(|r| r.0 == api).map(|r| r.2)
+            .find_map(|s| s.ranges.iter().find(|r| r.0 == api).map(|r| (s, r.2)))?;
+        s.release.as_ref().map(|_| max)
     }
 
     /// How long to hold the answer to `api`.

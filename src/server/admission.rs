@@ -29,8 +29,8 @@ pub struct Admission {
     permits: Arc<Semaphore>,
     max_per_ip: usize,
     overrides: HashMap<IpAddr, usize>,
-    /// Open connections by client address; addresses with none are removed.
-    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// Open connections by client address.
+    per_ip: Mutex<AddressCounts>,
     spare: Mutex<Option<File>>,
     handshakes: HandshakeQueue,
 }
@@ -58,8 +58,37 @@ impl HandshakeLimits {
 
 struct HandshakeQueue {
     limits: HandshakeLimits,
-    /// Pending handshakes by client address, and in all.
-    pending: Mutex<(usize, HashMap<IpAddr, usize>)>,
+    /// Pending handshakes by client address.
+    pending: Mutex<AddressCounts>,
+}
+
+/// Places held, in all and by client address; an address that holds none is
+/// removed, so the map holds only addresses with something open.
+#[derive(Default)]
+struct AddressCounts {
+    total: usize,
+    by_ip: HashMap<IpAddr, usize>,
+}
+
+impl AddressCounts {
+    fn of(&self, ip: IpAddr) -> usize {
+        self.by_ip.get(&ip).copied().unwrap_or(0)
+    }
+
+    fn take(&mut self, ip: IpAddr) {
+        self.total += 1;
+        *self.by_ip.entry(ip).or_default() += 1;
+    }
+
+    fn give_back(&mut self, ip: IpAddr) {
+        if let Some(n) = self.by_ip.get_mut(&ip) {
+            self.total -= 1;
+            *n -= 1;
+            if *n == 0 {
+                self.by_ip.remove(&ip);
+            }
+        }
+    }
 }
 
 /// A place in the handshake queue; dropping it gives the place back.
@@ -70,14 +99,7 @@ pub struct PendingHandshake {
 
 impl Drop for PendingHandshake {
     fn drop(&mut self) {
-        let mut pending = self.admission.handshakes_lock();
-        pending.0 -= 1;
-        if let Some(n) = pending.1.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                pending.1.remove(&self.ip);
-            }
-        }
+        self.admission.handshakes_lock().give_back(self.ip);
     }
 }
 
@@ -90,13 +112,7 @@ pub struct Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut per_ip = self.admission.lock();
-        if let Some(n) = per_ip.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                per_ip.remove(&self.ip);
-            }
-        }
+        self.admission.lock().give_back(self.ip);
     }
 }
 
@@ -111,11 +127,11 @@ impl Admission {
             permits: Arc::new(Semaphore::new(max_connections)),
             max_per_ip,
             overrides,
-            per_ip: Mutex::new(HashMap::new()),
+            per_ip: Mutex::new(AddressCounts::default()),
             spare: Mutex::new(File::open("/dev/null").ok()),
             handshakes: HandshakeQueue {
                 limits: handshakes,
-                pending: Mutex::new((0, HashMap::new())),
+                pending: Mutex::new(AddressCounts::default()),
             },
         })
     }
@@ -129,12 +145,10 @@ impl Admission {
         let ip = canonical(ip);
         let limits = self.handshakes.limits;
         let mut pending = self.handshakes_lock();
-        let mine = pending.1.get(&ip).copied().unwrap_or(0);
-        if pending.0 >= limits.max_pending || mine >= limits.max_pending_per_ip {
+        if pending.total >= limits.max_pending || pending.of(ip) >= limits.max_pending_per_ip {
             return Err(ConnectionRefusal::HandshakeQueue);
         }
-        pending.0 += 1;
-        pending.1.insert(ip, mine + 1);
+        pending.take(ip);
         Ok(PendingHandshake {
             ip,
             admission: Arc::clone(self),
@@ -143,10 +157,10 @@ impl Admission {
 
     /// TLS handshakes waiting or running now.
     pub fn pending_handshakes(&self) -> usize {
-        self.handshakes_lock().0
+        self.handshakes_lock().total
     }
 
-    fn handshakes_lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<IpAddr, usize>)> {
+    fn handshakes_lock(&self) -> std::sync::MutexGuard<'_, AddressCounts> {
         // Every update keeps the total and the map in step within one lock.
         self.handshakes
             .pending
@@ -165,14 +179,13 @@ impl Admission {
         let ip = canonical(ip);
         let limit = self.limit_for(ip);
         let mut per_ip = self.lock();
-        let open = per_ip.get(&ip).copied().unwrap_or(0);
-        if open >= limit {
+        if per_ip.of(ip) >= limit {
             return Err(ConnectionRefusal::AddressLimit);
         }
         let permit = Arc::clone(&self.permits)
             .try_acquire_owned()
             .map_err(|_| ConnectionRefusal::ConnectionLimit)?;
-        per_ip.insert(ip, open + 1);
+        per_ip.take(ip);
         Ok(Admitted {
             _permit: permit,
             ip,
@@ -201,7 +214,7 @@ impl Admission {
         shed
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AddressCounts> {
         // Every update is one insert or removal, so a panicked holder leaves
         // the counts whole.
         self.per_ip.lock().unwrap_or_else(|e| e.into_inner())

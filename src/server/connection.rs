@@ -281,9 +281,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         cx: &mut TaskContext<'_>,
         progress: &mut bool,
     ) -> Result<(), String> {
-        if self.link.is_none() {
-            return Ok(());
-        }
         let mut written = 0;
         loop {
             let may_take = self.may_take_response();
@@ -526,7 +523,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             if let Some(slot) = slot {
                 self.slots.push_back(Entry { timing, slot });
             }
-            self.note_muted();
         }
         Ok(())
     }
