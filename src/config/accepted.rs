@@ -115,6 +115,7 @@ fn every_scenario_field() -> ScenarioSpec {
             epoch: Some(1),
             levels: Some(BTreeMap::from([("NAME".to_owned(), 1)])),
             min_zero_filter: true,
+            replace: true,
         }),
         tagged_fields: vec![ExtraTag {
             tag: 12_345,

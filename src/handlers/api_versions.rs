@@ -410,12 +410,17 @@ pub fn answer(
             if let Some(epoch) = pinned.and_then(|p| p.epoch) {
                 view.epoch = epoch;
             }
-            if let Some(levels) = pinned.and_then(|p| p.levels.as_ref()) {
-                view.finalized = levels
-                    .iter()
-                    .filter(|(_, &l)| l > 0)
-                    .map(|(name, &l)| (name.clone(), (l, l)))
-                    .collect();
+            if let Some(pinned) = pinned {
+                if pinned.replace && pinned.levels.is_some() {
+                    view.finalized.clear();
+                }
+                // A level of 0 leaves the feature out, as Kafka does.
+                for (name, &level) in pinned.levels.iter().flatten() {
+                    match level {
+                        0 => view.finalized.remove(name),
+                        l => view.finalized.insert(name.clone(), (l, l)),
+                    };
+                }
             }
             let apis = narrowed(
                 &ctx.discovery.apis(),

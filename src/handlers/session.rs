@@ -165,30 +165,29 @@ impl Session {
         }
     }
 
-    /// The lab's error answer to this request, when a scenario has one for it.
+    /// The lab's error answer to this request, when a scenario has one for it:
+    /// an error it was told to give, or the refusal of a broker whose presented
+    /// feature levels turn the API off.
     fn lab_error(&mut self, api_key: i16, version: i16, correlation_id: i32) -> Option<Action> {
-        let api = ApiKey::try_from(api_key).ok()?;
-        let (code, scenario) = self.lab.error_for(api_key)?;
-        let body = match lab::errors::error_body(api, version, code)? {
-            Ok(body) => body,
+        let e = self.lab.error_for(api_key)?;
+        let (code, scenario) = (e.code, e.scenario);
+        let frame = match lab::errors::error_frame(api_key, version, correlation_id, code)? {
+            Ok(frame) => frame,
             Err(e) => {
                 tracing::warn!("discovery lab: {e}");
                 return None;
             }
         };
-        tracing::info!(peer = %self.peer.addr, %scenario, "discovery lab: {api:?} v{version} answered with error {code} ({})", errors::name(code));
+        let api = api_name(api_key);
+        let because = e.gate.unwrap_or("discovery lab");
+        tracing::info!(peer = %self.peer.addr, %scenario, "discovery lab: {api} v{version} answered with error {code} ({}): {because}", errors::name(code));
         if let Some(census) = &self.census {
             census.error(&format!(
-                "{api:?}: {} ({code}, discovery lab)",
+                "{api}: {} ({code}, {because})",
                 errors::name(code)
             ));
         }
-        Some(Action::Respond(frame_with_body(
-            api,
-            version,
-            correlation_id,
-            &body,
-        )))
+        Some(Action::Respond(frame))
     }
 
     /// What kshim does with a request the lab leaves alone.

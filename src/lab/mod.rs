@@ -26,6 +26,7 @@
 //! atomic load.
 
 pub mod errors;
+pub mod gates;
 
 use crate::features::kafka::KafkaRelease;
 use crate::protocol::api_versions::ClientSoftware;
@@ -100,6 +101,22 @@ pub struct PinnedFeatures {
     /// too (Kafka leaves them out, KAFKA-17011).
     #[serde(default = "yes")]
     pub min_zero_filter: bool,
+    /// true: `levels` are the whole finalized set (every other feature left
+    /// out); false: they change only the features they name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
+}
+
+impl PinnedFeatures {
+    /// The level this view presents for `feature`: `None` where it leaves the
+    /// level as it is.
+    pub fn level(&self, feature: &str) -> Option<i16> {
+        let levels = self.levels.as_ref()?;
+        match levels.get(feature) {
+            Some(level) => Some(*level),
+            None => self.replace.then_some(0),
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -180,6 +197,8 @@ pub struct Scenario {
     release: Option<ReleaseView>,
     tags: BTreeMap<i32, Bytes>,
     injections: Vec<Injection>,
+    /// APIs its presented feature levels turn off, and why (`gates`).
+    gated: Vec<(i16, String)>,
     delays: Vec<(i16, Duration)>,
     matched: AtomicU64,
     applied: [AtomicU64; LabAction::ALL.len()],
@@ -349,6 +368,13 @@ impl Scenario {
         if !errors.is_empty() {
             return Err(errors);
         }
+        let gated = gates::closed(|feature| {
+            let pinned = spec.features.as_ref().and_then(|f| f.level(feature));
+            pinned.or_else(|| {
+                let release = release.as_ref()?;
+                Some(release.levels.get(feature).copied().unwrap_or(0))
+            })
+        });
         Ok(Scenario {
             spec,
             address,
@@ -356,6 +382,7 @@ impl Scenario {
             release,
             tags,
             injections,
+            gated,
             delays,
             matched: AtomicU64::new(0),
             applied: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -389,16 +416,41 @@ impl Scenario {
         self.applied[action as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The error to answer `api` with, if this scenario has one left.
-    fn take_error(&self, api: i16) -> Option<i16> {
-        let injection = self.injections.iter().find(|i| i.api == api)?;
-        if let Some(left) = &injection.left {
-            left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                .ok()?;
-        }
+    /// The error to answer `api` with: one it was told to give, if it has
+    /// one left, or the refusal of an API its presented levels turn off.
+    fn take_error(&self, api: i16) -> Option<LabError<'_>> {
+        let answer = match self.injections.iter().find(|i| i.api == api) {
+            Some(injection) => {
+                if let Some(left) = &injection.left {
+                    left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                        .ok()?;
+                }
+                LabError {
+                    code: injection.code,
+                    scenario: self.name(),
+                    gate: None,
+                }
+            }
+            None => {
+                let (_, why) = self.gated.iter().find(|(a, _)| *a == api)?;
+                LabError {
+                    code: gates::gate_error(),
+                    scenario: self.name(),
+                    gate: Some(why),
+                }
+            }
+        };
         self.count(LabAction::Error);
-        Some(injection.code)
+        Some(answer)
     }
+}
+
+/// An error answer the lab gives in place of the real one.
+pub struct LabError<'a> {
+    pub code: i16,
+    pub scenario: &'a str,
+    /// Why, when a presented feature level turns the API off.
+    pub gate: Option<&'a str>,
 }
 
 /// The scenarios in force.
@@ -630,10 +682,8 @@ impl Applied {
     }
 
     /// The error to answer `api` with, and the scenario giving it.
-    pub fn error_for(&self, api: i16) -> Option<(i16, &str)> {
-        self.scenarios
-            .iter()
-            .find_map(|s| s.take_error(api).map(|code| (code, s.name())))
+    pub fn error_for(&self, api: i16) -> Option<LabError<'_>> {
+        self.scenarios.iter().find_map(|s| s.take_error(api))
     }
 
     /// Why a request for `api` at `version` is not served, when a scenario

@@ -94,10 +94,10 @@ fn gives_an_error_the_number_of_times_asked() {
         applied.rematch(&lab, &who),
         vec!["not-controller-twice".to_owned()]
     );
-    assert_eq!(applied.error_for(57).map(|e| e.0), Some(41));
-    assert_eq!(applied.error_for(57).map(|e| e.0), Some(41));
-    assert_eq!(applied.error_for(57), None);
-    assert_eq!(applied.error_for(3), None);
+    assert_eq!(applied.error_for(57).map(|e| e.code), Some(41));
+    assert_eq!(applied.error_for(57).map(|e| e.code), Some(41));
+    assert!(applied.error_for(57).is_none());
+    assert!(applied.error_for(3).is_none());
     let view = &lab.list()[0];
     assert_eq!(view.applied["error"], 2);
     assert_eq!(view.errors_left["UpdateFeatures"], 0);
@@ -199,5 +199,41 @@ fn a_release_scenario_serves_what_that_release_serves() {
     assert!(
         unknown[0].contains("\"3.9\" is not a Kafka release"),
         "{unknown:?}"
+    );
+}
+
+#[test]
+fn presented_levels_turn_group_apis_off_as_a_broker_at_those_levels_does() {
+    let gated = |text: &str| -> Vec<i16> {
+        let s = Scenario::new(spec(text)).unwrap();
+        [68, 76, 78, 88]
+            .into_iter()
+            .filter(|&api| s.take_error(api).is_some())
+            .collect()
+    };
+    // Kafka 4.1's format leaves share.version at 0; 4.4's finalizes every group type.
+    assert_eq!(gated("name = \"a\"\nrelease = \"4.1\""), [76, 78, 88]);
+    assert!(gated("name = \"a\"\nrelease = \"4.4\"").is_empty());
+    // A pinned level wins over the release's, and is merged with the real view.
+    assert_eq!(
+        gated("name = \"a\"\nrelease = \"4.4\"\nfeatures = { levels = { \"group.version\" = 0 } }"),
+        [68]
+    );
+    assert_eq!(
+        gated("name = \"a\"\nfeatures = { levels = { \"group.version\" = 0 } }"),
+        [68]
+    );
+    // Without a release, a feature the pins do not name keeps its real level,
+    // unless the pins replace the whole view.
+    assert!(gated("name = \"a\"\nfeatures = { levels = { \"x.y\" = 1 } }").is_empty());
+    assert_eq!(
+        gated("name = \"a\"\nfeatures = { levels = { \"x.y\" = 1 }, replace = true }"),
+        [68, 76, 78, 88]
+    );
+    let s = Scenario::new(spec("name = \"a\"\nrelease = \"4.1\"")).unwrap();
+    let e = s.take_error(76).unwrap();
+    assert_eq!(
+        (e.code, e.gate),
+        (35, Some("share.version 0 as presented (needs 1)"))
     );
 }

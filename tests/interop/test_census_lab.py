@@ -466,9 +466,9 @@ def test_lab_delays_a_forwarded_response(census):
 
 def test_lab_shapes_only_the_connections_it_matches(kshim_factory):
     """ApiVersions as a scenario shapes it, on raw connections that name their software: a
-    pinned epoch and levels, supported features with a min of 0 sent to v3 too, an unknown
-    tagged field, a narrower range; and a delay. A connection naming other software gets the
-    real answer, at once."""
+    pinned epoch and levels (merged with the real view, or replacing it), supported features
+    with a min of 0 sent to v3 too, an unknown tagged field, a narrower range; and a delay. A
+    connection naming other software gets the real answer, at once."""
     admin_port = ke.free_port()
     kshim = kshim_factory(f"""
 [admin]
@@ -481,6 +481,11 @@ match = {{ software_name = "probe-shape*", address = "127.0.0.0/8" }}
 features = {{ epoch = 3, levels = {{ "transaction.version" = 1, "group.version" = 0 }}, min_zero_filter = false }}
 tagged_fields = [{{ tag = 12345, value = "deadbeef" }}]
 api_versions = {{ UpdateFeatures = [0, 0] }}
+
+[[lab.scenarios]]
+name = "only-these"
+match = {{ software_name = "probe-replace" }}
+features = {{ levels = {{ "transaction.version" = 1 }}, replace = true }}
 
 [[lab.scenarios]]
 name = "slow"
@@ -498,7 +503,12 @@ errors = [{{ api = "ApiVersions", error_code = 42, times = 1 }}]
     shaped = ke.api_versions(kshim.bootstrap, software=("probe-shape-x", "1"))
     assert plain.finalized_epoch != 3 and 12345 not in plain.other_tags
     assert shaped.finalized_epoch == 3
-    assert shaped.finalized == {"transaction.version": (1, 1)}
+    # Pinned levels change the features they name (0 leaves one out); the rest stay real,
+    # unless the scenario replaces the whole view.
+    assert shaped.finalized["transaction.version"] == (1, 1) and "group.version" not in shaped.finalized
+    assert shaped.finalized["metadata.version"] == plain.finalized["metadata.version"], shaped.finalized
+    replaced = ke.api_versions(kshim.bootstrap, software=("probe-replace", "1"))
+    assert replaced.finalized == {"transaction.version": (1, 1)}, replaced.finalized
     assert shaped.other_tags[12345] == bytes.fromhex("deadbeef")
     assert shaped.api_keys[57] == (0, 0) and plain.api_keys[57][1] >= 1
     # The ApiVersions that names the software already meets the scenario's error, once.
@@ -518,7 +528,7 @@ errors = [{{ api = "ApiVersions", error_code = 42, times = 1 }}]
     # A scenario the lab cannot apply is refused with its reason, and nothing changes.
     status, body = admin.call("PUT", "/admin/lab/scenarios/bad", {"errors": [{"api": "Produce", "error_code": 6}]})
     assert status == 400 and "no top-level error code" in body["error"], body
-    assert {s["name"] for s in admin.get("/admin/lab/scenarios")[1]["scenarios"]} == {"shape", "slow", "refuse-once"}
+    assert {s["name"] for s in admin.get("/admin/lab/scenarios")[1]["scenarios"]} == {"shape", "only-these", "slow", "refuse-once"}
 
 
 RELEASE_CLIENT = r"""
