@@ -1,5 +1,5 @@
-//! The `kshim` binary: `serve`, and the operator CLIs `features`, `clients` and
-//! `config`.
+//! The `kshim` binary: `serve`, and the operator CLIs `features`, `clients`,
+//! `config` and `lab`.
 
 mod cli;
 
@@ -32,6 +32,9 @@ enum Command {
     /// Check a kshim config and a broker's properties against the config
     /// validators, offline.
     Config(cli::config::ConfigArgs),
+    /// The discovery lab from the command line: `matrix` runs a command against
+    /// every Kafka release and feature level kshim presents.
+    Lab(cli::lab::LabArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +61,7 @@ fn main() -> std::process::ExitCode {
             Command::Features(args) => cli::features::run(args).await,
             Command::Config(args) => cli::config::run(args),
             Command::Clients(args) => cli::clients::run(args).await,
+            Command::Lab(args) => cli::lab::run(args).await,
         }
     });
     match result {
@@ -154,5 +158,8 @@ fn default_filter(command: &Command) -> &'static str {
     match command {
         Command::Serve(_) => "info",
         Command::Features(_) | Command::Config(_) | Command::Clients(_) => "warn",
+        // Each cell's kshim runs in this process: its warnings about a setup made
+        // for the cell (no authorizer, say) would only interleave with the table.
+        Command::Lab(_) => "error",
     }
 }

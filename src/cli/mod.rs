@@ -4,4 +4,5 @@ pub mod clients;
 pub mod command_config;
 pub mod config;
 pub mod features;
+pub mod lab;
 pub mod serve;

@@ -27,6 +27,7 @@
 
 pub mod errors;
 pub mod gates;
+pub mod matrix;
 
 use crate::features::kafka::KafkaRelease;
 use crate::protocol::api_versions::ClientSoftware;

@@ -13,8 +13,11 @@ formatted node of the release.
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -251,3 +254,124 @@ def test_a_streams_44_application_through_kshim(broker, proxy):
     assert out["state"] == "RUNNING", out
     assert sorted(out["output"]) == sorted(f"IN-{i}" for i in range(n)), out
     assert not stray_connections(broker, proxy, marks), "a client reached the broker around kshim"
+
+
+# -- kshim lab matrix against real brokers of each release
+#
+# The same client command runs once through `kshim lab matrix` in front of the 4.4.0 broker
+# (which presents each release in turn) and once straight against a real broker of each
+# release; the pass/fail of every cell must agree. Inside the test command the matrix is
+# Kafka 4.0 and 4.4 with a KIP-848 consumer and kafka-python, and group.version=0,1 on 4.4;
+# KSHIM_MATRIX_FULL=1 runs every release with the five Java 4.4 clients and both non-Java
+# ones, and group.version=0,1 on every release against brokers formatted at each level.
+
+FULL_MATRIX = os.environ.get("KSHIM_MATRIX_FULL") == "1"
+MATRIX_RELEASES = ["4.0", "4.1", "4.2", "4.3", "4.4"] if FULL_MATRIX else ["4.0", "4.4"]
+BROKER_OF = {"4.0": "4.0.2", "4.1": "4.1.1", "4.2": "4.2.2", "4.3": "4.3.2", "4.4": "4.4.0"}
+MATRIX_CLIENT = ke.REPO_ROOT / "tests" / "interop" / "matrix_client.py"
+
+
+def matrix_clients() -> dict[str, list[str]]:
+    """Client name -> its command, with {bootstrap} and {cell} for the matrix to fill in."""
+    jars = ke.release_jars(RELEASE)
+    classes = ke.compile_java(CLIENTS_44, jars=jars)
+
+    def java(*args: str) -> list[str]:
+        return ke.java_command(["Kafka44Clients", *args, "--timeout-ms", "40000"], extra_classpath=[classes],
+                               jars=jars, log_config=ke.CLIENTS_LOG4J)
+
+    python = [sys.executable, str(MATRIX_CLIENT)]
+    clients = {
+        "java-kip848": java("consume", "--bootstrap", "{bootstrap}", "--topic", "c848-{cell}", "--group",
+                            "g848-{cell}", "--protocol", "consumer", "--count", "20"),
+        "kafka-python": [*python, "kafka-python", "{bootstrap}", "py-{cell}"],
+    }
+    if FULL_MATRIX:
+        clients |= {
+            "java-producer": java("produce", "--bootstrap", "{bootstrap}", "--topic", "prod-{cell}", "--count", "20"),
+            "java-classic": java("consume", "--bootstrap", "{bootstrap}", "--topic", "classic-{cell}", "--group",
+                                 "gclassic-{cell}", "--protocol", "classic", "--count", "20"),
+            "java-share": java("share", "--bootstrap", "{bootstrap}", "--topic", "share-{cell}", "--group",
+                               "gshare-{cell}", "--count", "20"),
+            "java-streams": java("streams", "--bootstrap", "{bootstrap}", "--input", "sin-{cell}", "--output",
+                                 "sout-{cell}", "--app-id", "app-{cell}", "--count", "20"),
+            "librdkafka": [*python, "librdkafka", "{bootstrap}", "rd-{cell}"],
+        }
+    return clients
+
+
+def run_matrix(upstream: str, command: list[str], *extra: str, tag: str) -> dict[str, dict]:
+    """`kshim lab matrix` in front of `upstream`: cell label -> its JSON outcome."""
+    run = f"{tag}-{ke.new_cluster_id()[:6]}"
+    argv = [str(ke.require_kshim_binary()), "lab", "matrix", "--upstream", upstream, "--output", "json",
+            "--timeout", "60", "--logs", str(ke.REPO_ROOT / "build" / "test-times" / "matrix" / run), *extra,
+            "--", *[a.replace("{cell}", "{cell}-" + run) for a in command]]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ke.REPO_ROOT)
+    assert res.stdout.strip(), f"kshim lab matrix printed nothing (rc={res.returncode}):\n{res.stderr[-3000:]}"
+    report = json.loads(res.stdout)
+    failed = any(c["verdict"] == "fail" for c in report["cells"])
+    assert res.returncode == (1 if failed else 0), (res.returncode, report["summary"])
+    return {c["cell"]: c for c in report["cells"]}
+
+
+def run_direct(bootstrap: str, command: list[str], name: str) -> tuple[bool, str]:
+    """The same command straight against a broker: whether it passed, and its last lines."""
+    argv = [a.replace("{bootstrap}", bootstrap).replace("{cell}", f"{name}-{ke.new_cluster_id()[:6]}")
+            for a in command]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=70, cwd=ke.REPO_ROOT)
+    except subprocess.TimeoutExpired:
+        return False, "timed out"
+    return res.returncode == 0, "\n".join((res.stdout + res.stderr).strip().splitlines()[-4:])
+
+
+def real_broker(release: str, request, release_brokers) -> ke.KafkaCluster:
+    """The module's broker of `release`, started on first use."""
+    if release in ("4.4", "4.1"):
+        return request.getfixturevalue({"4.4": "broker", "4.1": "broker_4_1"}[release])
+    return release_brokers(BROKER_OF[release])
+
+
+def test_lab_matrix_gives_each_release_the_outcome_of_its_real_broker(request, broker, release_brokers):
+    """Every client, every release: the cell of `kshim lab matrix` in front of the 4.4.0 broker
+    passes or fails as the same command does against a real broker of that release. A failed
+    cell says why in one line."""
+    differences = []
+    table = []
+    for client, command in matrix_clients().items():
+        cells = run_matrix(broker.bootstrap, command, "--releases", ",".join(MATRIX_RELEASES), tag=client)
+        for release in MATRIX_RELEASES:
+            cell = cells[release]
+            passed, tail = run_direct(real_broker(release, request, release_brokers).bootstrap,
+                                      command, f"{release}-{client}")
+            table.append((client, release, cell["verdict"], "pass" if passed else "fail", cell.get("why", "")))
+            if (cell["verdict"] == "pass") != passed:
+                differences.append(f"{client} on {release}: matrix {cell['verdict']} ({cell.get('why', '')}; "
+                                   f"{cell['output_tail'][-2:]}), real broker {'pass' if passed else 'fail'} ({tail})")
+            if cell["verdict"] == "fail":
+                assert cell["why"] and "\n" not in cell["why"], cell
+    print("\n".join(" | ".join(row) for row in table))
+    assert not differences, "\n".join(differences)
+
+
+def test_lab_matrix_group_version_axis_turns_kip848_off_and_on(broker, kafka_clusters):
+    """--features group.version=0,1: the KIP-848 consumer fails at 0 and passes at 1, on every
+    release presented, as it does against a broker formatted at each level (the full run starts
+    one per release; in the test command, 4.4's level-0 outcome is checked against the gate)."""
+    command = matrix_clients()["java-kip848"]
+    releases = MATRIX_RELEASES if FULL_MATRIX else ["4.4"]
+    cells = run_matrix(broker.bootstrap, command, "--releases", ",".join(releases), "--features",
+                       "group.version=0,1", tag="gv")
+    for release in releases:
+        off, on = cells[f"{release} group.version=0"], cells[f"{release} group.version=1"]
+        assert on["verdict"] == "pass", on
+        assert off["verdict"] == "fail" and "group.version 0 as presented" in off["why"], off
+        assert off["served"].get("group.version") is None and on["served"]["group.version"] == 1, (off, on)
+        if FULL_MATRIX:
+            jars = None if release == "4.1" else ke.release_jars(BROKER_OF[release])
+            level_0 = kafka_clusters.start(1, jars=jars, format_args=["--feature", "group.version=0"])
+            try:
+                passed, tail = run_direct(level_0.bootstrap, command, f"{release}-gv0")
+            finally:
+                level_0.cleanup()
+            assert not passed, f"a {release} broker at group.version=0 served the KIP-848 consumer: {tail}"

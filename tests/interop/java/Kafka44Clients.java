@@ -1,8 +1,14 @@
-// Kafka 4.4 Java clients through kshim (tests/interop/test_kafka_releases.py), compiled and run
-// against the 4.4.0 jars. Each command prints one JSON object on stdout; exit 0 = ran to its
-// end, 2 = failed (the JSON has an "error" member), 1 = usage error. Minimal JSON by hand: the
-// values printed are plain ASCII.
+// Kafka 4.4 Java clients through kshim (tests/interop/test_kafka_releases.py and the lab matrix
+// of test_lab_matrix.py), compiled and run against the 4.4.0 jars. Each command prints one JSON
+// object on stdout; exit 0 = ran to its end with every record, 2 = failed (the JSON has an
+// "error" member), 1 = usage error. Minimal JSON by hand: the values printed are plain ASCII.
 //
+//   produce --bootstrap B --topic T --count N --timeout-ms MS
+//       Admin 4.4 creates T (3 partitions); an idempotent 4.4 producer writes p-0..p-(N-1).
+//       {"produced":N}
+//   consume --bootstrap B --topic T --group G --protocol classic|consumer --count N --timeout-ms MS
+//       As produce, then a 4.4 KafkaConsumer in G with that group.protocol reads all N.
+//       {"consumed":N}
 //   share --bootstrap B --topic T --group G --count N --timeout-ms MS
 //       Admin 4.4 creates T (3 partitions) and sets the share group G to start at the earliest
 //       offset; a 4.4 producer writes share-0..share-(N-1); a KafkaShareConsumer in G reads
@@ -68,7 +74,7 @@ public class Kafka44Clients {
 
     public static void main(String[] argv) {
         if (argv.length == 0) {
-            System.err.println("usage: Kafka44Clients share|streams --bootstrap B ...");
+            System.err.println("usage: Kafka44Clients produce|consume|share|streams --bootstrap B ...");
             System.exit(1);
         }
         Map<String, String> args = parse(argv);
@@ -76,6 +82,8 @@ public class Kafka44Clients {
         try {
             String out;
             switch (argv[0]) {
+                case "produce": out = produceOnly(args); break;
+                case "consume": out = consume(args, deadline); break;
                 case "share": out = share(args, deadline); break;
                 case "streams": out = streams(args, deadline); break;
                 default:
@@ -128,6 +136,45 @@ public class Kafka44Clients {
         }
     }
 
+    static String produceOnly(Map<String, String> args) throws Exception {
+        String bootstrap = args.get("--bootstrap"), topic = args.get("--topic");
+        int n = Integer.parseInt(args.get("--count"));
+        try (Admin admin = admin(bootstrap)) {
+            create(admin, topic);
+        }
+        produce(bootstrap, topic, "p-", n);
+        return "{\"produced\":" + n + "}";
+    }
+
+    static String consume(Map<String, String> args, long deadline) throws Exception {
+        String bootstrap = args.get("--bootstrap"), topic = args.get("--topic");
+        int n = Integer.parseInt(args.get("--count"));
+        produceOnly(args);
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, args.get("--group"));
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, args.getOrDefault("--protocol", "classic"));
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        int seen = 0;
+        try (KafkaConsumer<String, String> consumer =
+                 new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            consumer.subscribe(List.of(topic));
+            while (seen < n && System.currentTimeMillis() < deadline) {
+                seen += consumer.poll(Duration.ofMillis(500)).count();
+            }
+            consumer.commitSync();
+        }
+        complete(seen, n);
+        return "{\"consumed\":" + seen + "}";
+    }
+
+    /** A run that did not see every record before its deadline failed. */
+    static void complete(int seen, int n) {
+        if (seen < n) {
+            throw new IllegalStateException("read " + seen + " of " + n + " records before the deadline");
+        }
+    }
+
     static String share(Map<String, String> args, long deadline) throws Exception {
         String bootstrap = args.get("--bootstrap"), topic = args.get("--topic"), group = args.get("--group");
         int n = Integer.parseInt(args.get("--count"));
@@ -153,6 +200,7 @@ public class Kafka44Clients {
                 consumer.commitSync();
             }
         }
+        complete(seen.size(), n);
         return "{\"produced\":" + n + ",\"consumed\":" + json(seen) + "}";
     }
 
@@ -176,10 +224,15 @@ public class Kafka44Clients {
         String state;
         try (KafkaStreams streams = new KafkaStreams(builder.build(), sp)) {
             streams.start();
-            while (streams.state() != KafkaStreams.State.RUNNING && System.currentTimeMillis() < deadline) {
+            // Waits while it starts; an application a broker refuses goes on to an error state.
+            while ((streams.state() == KafkaStreams.State.CREATED || streams.state() == KafkaStreams.State.REBALANCING)
+                   && System.currentTimeMillis() < deadline) {
                 Thread.sleep(100);
             }
             state = streams.state().toString();
+            if (streams.state() != KafkaStreams.State.RUNNING) {
+                throw new IllegalStateException("Kafka Streams is " + state + ", not RUNNING, before the deadline");
+            }
             produce(bootstrap, input, "in-", n);
             Properties cp = new Properties();
             cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -197,6 +250,7 @@ public class Kafka44Clients {
             }
             streams.close(Duration.ofSeconds(10));
         }
+        complete(seen.size(), n);
         return "{\"state\":" + quote(state) + ",\"output\":" + json(seen) + "}";
     }
 }
