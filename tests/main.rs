@@ -16,6 +16,7 @@ mod cli_messages;
 mod connection_limits;
 mod crash;
 mod descriptors;
+mod docs_cli;
 mod docs_reference;
 mod fixtures;
 mod fuzz_smoke;

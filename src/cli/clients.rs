@@ -190,7 +190,8 @@ async fn get(admin: &AdminArgs, path: &str) -> Result<Value> {
     let token = admin
         .token
         .clone()
-        .or_else(|| std::env::var("KSHIM_ADMIN_TOKEN").ok());
+        .or_else(|| std::env::var("KSHIM_ADMIN_TOKEN").ok())
+        .filter(|t| !t.is_empty());
     if !https {
         return exchange(stream, authority, path, token.as_deref()).await;
     }
@@ -269,6 +270,16 @@ where
             String::from_utf8_lossy(&body[..body.len().min(200)])
         )
     })?;
+    if status == hyper::StatusCode::UNAUTHORIZED {
+        bail!(
+            "the admin API refused ({status}): {}",
+            if token.is_some() {
+                "the token given (--token or $KSHIM_ADMIN_TOKEN) is not admin.token"
+            } else {
+                "it needs a token: pass --token or set KSHIM_ADMIN_TOKEN"
+            }
+        );
+    }
     if !status.is_success() {
         let message = value["error"].as_str().unwrap_or("no message");
         bail!("the admin API refused ({status}): {message}");

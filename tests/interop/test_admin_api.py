@@ -644,7 +644,9 @@ def test_kshim_clients_takes_the_command_config_of_kafka_tools(certs, extra, ksh
     res = clients(p12, "--token", ADMIN_TOKEN)
     assert res.returncode == 0 and isinstance(json.loads(res.stdout), (list, dict)), res
     res = clients(p12)
-    assert res.returncode != 0 and ("401" in res.stderr or "token" in res.stderr), res
+    assert res.returncode != 0 and "pass --token or set KSHIM_ADMIN_TOKEN" in res.stderr, res
+    res = clients(p12, "--token", "not-the-token")
+    assert res.returncode != 0 and "is not admin.token" in res.stderr, res
 
     pem, key = extra["ops"]
     keystore = tmp_path / "ops-keystore.pem"

@@ -9,7 +9,8 @@ pub struct CommandLineError(pub String);
 
 impl std::fmt::Display for CommandLineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Command line error: {}. Type --help for help.", self.0)
+        let message = self.0.trim_end().trim_end_matches('.');
+        write!(f, "Command line error: {message}. Type --help for help.")
     }
 }
 
@@ -77,4 +78,21 @@ pub fn command_line_error(e: &clap::Error) -> Option<CommandLineError> {
         _ => return None,
     };
     Some(CommandLineError(message))
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::CommandLineError;
+
+    #[test]
+    fn a_message_that_ends_a_sentence_gets_one_period() {
+        assert_eq!(
+            CommandLineError("--bootstrap-server is required.".into()).to_string(),
+            "Command line error: --bootstrap-server is required. Type --help for help."
+        );
+        assert_eq!(
+            CommandLineError("expected one argument".into()).to_string(),
+            "Command line error: expected one argument. Type --help for help."
+        );
+    }
 }
