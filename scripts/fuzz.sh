@@ -24,7 +24,7 @@ FUZZ="$ROOT/fuzz"
 cd "$ROOT"
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-300}"
-BIN="$ROOT/target/release"
+BIN="${KSHIM_TARGET_DIR:-$("$ROOT/scripts/cargo-target-dir")}/release"
 LOGS="$FUZZ/corpus/logs"
 
 step() { printf '==> %s\n' "$*"; }

@@ -114,9 +114,14 @@ if [ $QUICK -eq 0 ]; then
   export KSHIM_SHARED_BROKERS="$TIMES_DIR/brokers.json"
 fi
 
-# `cargo test --no-run` builds the kshim binary and the examples too (the interop tests run them).
+# `cargo test --no-run` builds the kshim binary and the examples too (the interop tests run them),
+# into the directory cargo chooses (CARGO_TARGET_DIR, a cargo config's build.target-dir, or
+# ./target): the interop tests, the soak and the fuzz script look there (KSHIM_TARGET_DIR).
 stage "building kshim, its examples and tests" \
   timeout 1500 cargo test --release --no-run
+KSHIM_TARGET_DIR="$(scripts/cargo-target-dir)"
+export KSHIM_TARGET_DIR
+export KSHIM_BIN="${KSHIM_BIN:-$KSHIM_TARGET_DIR/release/kshim}"
 stage "Rust tests" timeout 900 cargo test --release
 
 if [ $QUICK -eq 1 ]; then
@@ -147,7 +152,7 @@ rm -rf "$SOAK_DIR"
 mkdir -p "$SOAK_DIR"
 step "the soak's quick run: started in the background (log: build/test-times/soak/log)"
 set -m
-( KSHIM_BIN="$ROOT/target/release/kshim" timeout 900 bash scripts/soak.sh --quick --out "$SOAK_DIR/report" \
+( timeout 900 bash scripts/soak.sh --quick --out "$SOAK_DIR/report" \
     >"$SOAK_DIR/log" 2>&1; echo $? >"$SOAK_DIR/exit" ) &
 SOAK_PID=$!
 set +m

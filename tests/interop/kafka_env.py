@@ -6,7 +6,7 @@ so a failing or interrupted test run leaves nothing behind.
 
 Layout assumptions (all relative to the repository root):
   build/kafka-jars/        jars copied by scripts/install-deps.sh from tests/java/pom.xml
-  target/release/kshim     the binary under test (override with KSHIM_BIN)
+  target/release/kshim     the binary under test (in cargo's target directory; override with KSHIM_BIN)
 """
 
 from __future__ import annotations
@@ -1659,8 +1659,27 @@ class ConnectionSampler:
 # kshim
 
 
+_target_dir: Path | None = None
+
+
+def target_dir() -> Path:
+    """Where cargo builds: $KSHIM_TARGET_DIR (the test command sets it), else what cargo says
+    (CARGO_TARGET_DIR or a cargo config's build.target-dir), else ./target."""
+    global _target_dir
+    if os.environ.get("KSHIM_TARGET_DIR"):
+        return Path(os.environ["KSHIM_TARGET_DIR"])
+    if _target_dir is None:
+        try:
+            out = subprocess.run([str(REPO_ROOT / "scripts" / "cargo-target-dir")], capture_output=True,
+                                 text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        _target_dir = Path(out) if out else REPO_ROOT / "target"
+    return _target_dir
+
+
 def kshim_binary() -> Path:
-    return Path(os.environ.get("KSHIM_BIN") or REPO_ROOT / "target" / "release" / "kshim")
+    return Path(os.environ.get("KSHIM_BIN") or target_dir() / "release" / "kshim")
 
 
 def require_kshim_binary(path: Path | None = None) -> Path:

@@ -12,7 +12,7 @@ import subprocess
 import kafka_env
 
 REPO = kafka_env.REPO_ROOT
-DIFFERENTIAL = REPO / "target" / "release" / "examples" / "differential"
+DIFFERENTIAL = kafka_env.target_dir() / "release" / "examples" / "differential"
 
 
 def _bootstrap_toml(levels: dict[str, int]) -> str:
