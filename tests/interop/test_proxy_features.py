@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
@@ -255,3 +256,28 @@ def test_upstream_away_then_back(kshim_factory, cluster):
     assert kafka_env.wait_until(lambda: "upstream reachable again" in proxy.log_path.read_text()
                                 or admin.call("GET", "/readyz")[0] == 200, timeout=30)
     assert kafka_env.wait_until(lambda: admin.call("GET", "/readyz")[0] == 200, timeout=30)
+
+
+def test_upgrade_all_finalizes_the_features_of_both_owners(kshim_factory, cluster):
+    """`kshim features upgrade --all` in front of Kafka with a kshim-owned feature: Kafka's
+    features go to the cluster and kshim's stay in kshim, in two requests (one request mixing
+    them is refused), both in the dry run and in the real one. Kafka's own features are the
+    upstream's here: nothing claims one."""
+    config = proxy_config(cluster).replace('kshim_owned = ["kshim.*", "share.version"]', 'kshim_owned = ["kshim.*"]')
+    config = "\n".join(line for line in config.splitlines() if not line.startswith('"share.version"'))
+    proxy = kshim_factory(config)
+    kshim = str(kafka_env.require_kshim_binary())
+
+    def upgrade_all(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([kshim, "features", "--bootstrap-server", proxy.bootstrap, "upgrade", "--all", *extra],
+                              capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+
+    dry = upgrade_all("--dry-run")
+    assert dry.returncode == 0, (dry.stdout, dry.stderr)
+    assert f"{KSHIM_FEATURE} can be upgraded to 5." in dry.stdout and "share.version can be upgraded to 1." in dry.stdout, dry.stdout
+    assert levels(describe(proxy.bootstrap))[KSHIM_FEATURE] == 2, "a dry run changes nothing"
+    done = upgrade_all()
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert levels(describe(cluster.bootstrap)).get("share.version") == 1, "Kafka's feature, finalized by the cluster"
+    assert kafka_env.wait_until(lambda: levels(describe(proxy.bootstrap)).get(KSHIM_FEATURE) == 5, 10)
+    assert KSHIM_FEATURE not in describe(cluster.bootstrap)["finalized"]

@@ -690,40 +690,47 @@ async fn update_features(
     if args.dry_run && version == 0 {
         bail!("{server} supports only UpdateFeatures v0, which has no validate-only mode");
     }
-    let mut request =
-        UpdateFeaturesRequest::default().with_timeout_ms((timeout.as_millis() as i32).max(1));
-    request.validate_only = args.dry_run;
-    for (name, level) in &wanted {
-        let mut key = FeatureUpdateKey::default()
-            .with_feature(StrBytes::from_string(name.clone()))
-            .with_max_version_level(*level);
-        if version == 0 {
-            key.allow_downgrade = upgrade_type != UpgradeType::Upgrade;
-        } else {
-            key.upgrade_type = upgrade_type.code();
-        }
-        request.feature_updates.push(key);
-    }
-    let response = client.update_features(version, &request).await?;
-
-    // Kafka's Admin client gives every feature the top-level error when there is
-    // one, and otherwise each feature its own result.
+    // Kafka's features and the others in separate requests: in front of a Kafka
+    // cluster they have different owners, and kshim refuses a request that mixes
+    // them. Each request is validated (or applied) as a whole, as Kafka does.
+    let (kafka, own): (BTreeMap<_, _>, BTreeMap<_, _>) = wanted
+        .iter()
+        .partition(|(name, _)| kshim::features::kafka::is_kafka_feature(name));
     let mut outcome: BTreeMap<&String, Option<String>> = BTreeMap::new();
-    for name in wanted.keys() {
-        let error = if response.error_code != errors::NONE {
-            Some(message_or_name(
-                response.error_code,
-                response.error_message.as_deref(),
-            ))
-        } else {
-            response
-                .results
-                .iter()
-                .find(|(f, _, _)| f == name)
-                .filter(|(_, code, _)| *code != errors::NONE)
-                .map(|(_, code, msg)| message_or_name(*code, msg.as_deref()))
-        };
-        outcome.insert(name, error);
+    for batch in [kafka, own].into_iter().filter(|b| !b.is_empty()) {
+        let mut request =
+            UpdateFeaturesRequest::default().with_timeout_ms((timeout.as_millis() as i32).max(1));
+        request.validate_only = args.dry_run;
+        for (name, level) in &batch {
+            let mut key = FeatureUpdateKey::default()
+                .with_feature(StrBytes::from_string((*name).clone()))
+                .with_max_version_level(**level);
+            if version == 0 {
+                key.allow_downgrade = upgrade_type != UpgradeType::Upgrade;
+            } else {
+                key.upgrade_type = upgrade_type.code();
+            }
+            request.feature_updates.push(key);
+        }
+        let response = client.update_features(version, &request).await?;
+        // Kafka's Admin client gives every feature the top-level error when there
+        // is one, and otherwise each feature its own result.
+        for name in batch.keys() {
+            let error = if response.error_code != errors::NONE {
+                Some(message_or_name(
+                    response.error_code,
+                    response.error_message.as_deref(),
+                ))
+            } else {
+                response
+                    .results
+                    .iter()
+                    .find(|(f, _, _)| f == *name)
+                    .filter(|(_, code, _)| *code != errors::NONE)
+                    .map(|(_, code, msg)| message_or_name(*code, msg.as_deref()))
+            };
+            outcome.insert(name, error);
+        }
     }
 
     let failures = outcome.values().filter(|e| e.is_some()).count();
