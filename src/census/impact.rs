@@ -14,6 +14,7 @@
 use super::releases::RELEASES;
 use super::ClientView;
 use crate::protocol::api_name;
+use kafka_protocol::messages::ApiKey;
 use serde::Serialize;
 use std::sync::OnceLock;
 
@@ -184,6 +185,20 @@ pub struct FeatureImpact {
     pub depend_on_it: Vec<Affected<Gated>>,
 }
 
+/// Kafka's transaction APIs: a client seen using one is a transactional
+/// producer. The Produce versions that need transaction.version 2 (v12+,
+/// KIP-890) need it only for transactional batches: brokers serve them to
+/// idempotent and plain producers at any level, and Kafka's Java producer sends
+/// them whatever is finalized. So Produce counts against a transaction.version
+/// level only for a transactional producer. (The census counts API versions per
+/// client software, so one transactional connection marks its whole software.)
+const TRANSACTION_APIS: [ApiKey; 4] = [
+    ApiKey::AddPartitionsToTxn,
+    ApiKey::AddOffsetsToTxn,
+    ApiKey::EndTxn,
+    ApiKey::TxnOffsetCommit,
+];
+
 /// What finalizing `feature` at `level` means for `clients`.
 pub fn feature_impact(feature: &str, level: i16, clients: &[ClientView]) -> FeatureImpact {
     let mut report = FeatureImpact {
@@ -214,9 +229,14 @@ pub fn feature_impact(feature: &str, level: i16, clients: &[ClientView]) -> Feat
                 });
             }
         }
+        let transactional = client
+            .apis
+            .iter()
+            .any(|a| TRANSACTION_APIS.iter().any(|t| *t as i16 == a.api_key));
         let gated: Vec<Gated> = client
             .apis
             .iter()
+            .filter(|a| transactional || a.api_key != ApiKey::Produce as i16)
             .filter_map(|a| {
                 let needs = crate::releases::feature_apis()
                     .iter()
@@ -298,5 +318,48 @@ mod tests {
             newest.apis.iter().any(|&(key, _, _)| key == 89),
             "the Streams group APIs"
         );
+    }
+
+    fn client(name: &str, apis: &[(i16, i16)]) -> ClientView {
+        ClientView {
+            principal: "User:ANONYMOUS".into(),
+            software_name: Some(name.into()),
+            software_version: Some("1".into()),
+            first_seen_ms: 0,
+            last_seen_ms: 0,
+            connections_total: 1,
+            connections_live: 0,
+            addresses: Vec::new(),
+            security: "PLAINTEXT".into(),
+            apis: apis
+                .iter()
+                .map(|&(api_key, version)| super::super::ApiUse {
+                    api_key,
+                    api: api_name(api_key),
+                    version,
+                    requests: 1,
+                })
+                .collect(),
+            errors: Default::default(),
+            served: None,
+            connections: Vec::new(),
+        }
+    }
+
+    /// Produce v13 needs transaction.version 2 only for a transactional
+    /// producer; the transaction APIs' own newer versions need it from anyone.
+    #[test]
+    fn only_transactional_producers_break_below_transaction_version_2() {
+        let idempotent = client("idempotent", &[(0, 13), (22, 5)]);
+        let transactional = client("transactional", &[(0, 13), (22, 5), (26, 5)]);
+        let report = feature_impact("transaction.version", 1, &[idempotent, transactional]);
+        let names: Vec<_> = report
+            .would_break
+            .iter()
+            .map(|c| c.software_name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["transactional"]);
+        let apis: Vec<&str> = report.would_break[0].apis.iter().map(|a| a.api.as_str()).collect();
+        assert_eq!(apis, ["Produce", "EndTxn"]);
     }
 }

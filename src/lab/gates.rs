@@ -10,37 +10,31 @@
 //! scenario that presents such a level in front of a broker finalized higher
 //! gives that answer itself: without it a client would be served by a group
 //! type the presented broker does not have.
+//!
+//! Which APIs a level turns off comes from the release data
+//! (`crate::releases::feature_apis`): a level that an API needs from its first
+//! version on turns the API itself off (ConsumerGroupHeartbeat under
+//! group.version 1). A level that only later versions need (Produce v12 under
+//! transaction.version 2) leaves the choice of version to the client, and the
+//! broker serves the earlier versions: no gate.
 
 use crate::protocol::errors::ResponseError;
 
-/// A feature below `level` turns off the group APIs `apis` (by key).
-pub struct Gate {
-    pub feature: &'static str,
-    pub level: i16,
-    pub apis: &'static [i16],
+/// The APIs turned off below a level: (feature, level, api key), from the
+/// release data.
+fn gates() -> Vec<(&'static str, i16, i16)> {
+    let newest = crate::releases::newest().broker_apis();
+    crate::releases::feature_apis()
+        .iter()
+        .filter(|g| {
+            newest
+                .iter()
+                .find(|a| a.0 == g.key)
+                .is_some_and(|&(_, min, _)| g.min_version <= min)
+        })
+        .map(|g| (g.feature.as_str(), g.level, g.key))
+        .collect()
 }
-
-/// Kafka 4.0 to 4.4: KIP-848 consumer groups, KIP-932 share groups and
-/// KIP-1071 streams groups. The describe and offsets APIs are gated too; kshim
-/// answers those whose answer it can write (`super::errors::error_frame`), and passes the
-/// rest to the broker.
-pub const GATES: &[Gate] = &[
-    Gate {
-        feature: "group.version",
-        level: 1,
-        apis: &[68, 69],
-    },
-    Gate {
-        feature: "share.version",
-        level: 1,
-        apis: &[76, 77, 78, 79, 90, 91, 92],
-    },
-    Gate {
-        feature: "streams.version",
-        level: 1,
-        apis: &[88, 89],
-    },
-];
 
 /// The gates closed by a feature view: (api key, why) for each API a broker
 /// finalized at `level_of` answers with UNSUPPORTED_VERSION. `level_of` gives
@@ -48,22 +42,18 @@ pub const GATES: &[Gate] = &[
 /// level (the broker then decides).
 pub fn closed(level_of: impl Fn(&str) -> Option<i16>) -> Vec<(i16, String)> {
     let mut out = Vec::new();
-    for gate in GATES {
-        let Some(level) = level_of(gate.feature) else {
+    for (feature, needed, api) in gates() {
+        let Some(level) = level_of(feature) else {
             continue;
         };
-        if level < gate.level {
-            for &api in gate.apis {
-                out.push((
-                    api,
-                    format!(
-                        "{} {level} as presented (needs {})",
-                        gate.feature, gate.level
-                    ),
-                ));
-            }
+        if level < needed && !out.iter().any(|(a, _)| *a == api) {
+            out.push((
+                api,
+                format!("{feature} {level} as presented (needs {needed})"),
+            ));
         }
     }
+    out.sort_by_key(|(api, _)| *api);
     out
 }
 
@@ -85,6 +75,13 @@ mod tests {
         });
         let apis: Vec<i16> = closed.iter().map(|(a, _)| *a).collect();
         assert_eq!(apis, [68, 69]);
+        // Produce v12 needs transaction.version 2, but Produce itself is served below it.
+        assert!(super::closed(|_| Some(0)).iter().all(|(api, _)| *api != 0));
+        let share: Vec<i16> = super::closed(|f| (f == "share.version").then_some(0))
+            .iter()
+            .map(|(a, _)| *a)
+            .collect();
+        assert_eq!(share, [76, 77, 78, 79]);
         assert_eq!(closed[0].1, "group.version 0 as presented (needs 1)");
     }
 }

@@ -307,6 +307,32 @@ def test_feature_impact_names_the_clients_that_use_the_feature(census):
     assert "ConsumerGroupHeartbeat v" in text and "needs level 1" in text, text
 
 
+def test_transaction_version_impact_names_transactional_producers_only(census):
+    """Produce v12+ needs transaction.version 2 only for transactional batches: a Java 4.4
+    idempotent producer (Produce v13 while the broker finalizes 2) is not listed as breaking
+    at transaction.version=1; a Java 4.1.1 transactional producer (EndTxn) is."""
+    jars = ke.release_jars("4.4.0")
+    clients_44 = ke.compile_java(REPO / "tests" / "interop" / "java" / "Kafka44Clients.java", jars=jars)
+    res = ke.run_java(["Kafka44Clients", "produce", "--bootstrap", census.bootstrap, "--topic", census.topic,
+                       "--count", "3", "--timeout-ms", "40000"],
+                      extra_classpath=[clients_44], jars=jars, timeout=TIMEOUT, log_config=ke.CLIENTS_LOG4J)
+    assert res.rc == 0, res.stderr[-3000:]
+    classes = ke.compile_java(PROXY_CLIENTS_SRC)
+    res = ke.run_java(["ProxyClients", "produce", "--bootstrap", census.bootstrap, "--topic", census.topic,
+                       "--count", "4", "--prefix", "txn", "--transactional-id", f"txn-{uid()}",
+                       "--txn-plan", "commit=4", "--timeout-ms", "40000"],
+                      extra_classpath=[classes], timeout=TIMEOUT, log_config=ke.CLIENTS_LOG4J)
+    assert res.rc == 0, res.stderr[-3000:]
+    status, report = census.admin.get("/admin/clients/impact?feature=transaction.version=1")
+    assert status == 200, report
+    breaking = {(c["software_name"], c["software_version"]): c for c in report["would_break"]}
+    assert ("apache-kafka-java", "4.1.1") in breaking, report
+    assert {a["api"] for a in breaking[("apache-kafka-java", "4.1.1")]["apis"]} >= {"Produce", "EndTxn"}
+    assert ("apache-kafka-java", "4.4.0") not in breaking, report
+    used = census.by_software("apache-kafka-java", "4.4.0")["apis"]
+    assert any(a["api"] == "Produce" and a["version"] >= 12 for a in used), used
+
+
 def test_kcat_is_served_an_epoch_that_goes_back_while_kafka_python_reads_the_truth(census):
     b = census.bootstrap
     name, version = kcat_software()
