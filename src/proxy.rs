@@ -150,8 +150,15 @@ impl Proxy {
                 apply(&context, &upstream, view, true).await;
                 audit_new_brokers(&context, &upstream, &mut audited).await;
             }
+            Err(e) if !context.controller.snapshot().cluster_unknown => tracing::warn!(
+                "{e}; starting anyway with the stored feature view (epoch {}), and retrying every {} ms",
+                context.controller.snapshot().finalized.epoch,
+                upstream_config.refresh_interval_ms
+            ),
             Err(e) => tracing::warn!(
-                "{e}; starting anyway with the stored feature view, and retrying every {} ms",
+                "{e}; starting anyway with no feature view stored: until a broker answers, clients \
+                 are told that nothing is finalized (epoch -1) and are offered only ApiVersions and \
+                 UpdateFeatures. Retrying every {} ms",
                 upstream_config.refresh_interval_ms
             ),
         }

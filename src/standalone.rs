@@ -178,11 +178,18 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
             per_connection,
         );
         if budget < max_connections {
-            tracing::warn!(
-                "max_connections lowered from {max_connections} to {budget}: the open-file limit is {descriptors}, \
-                 with {} kept back (descriptor_reserve) and {fixed} for broker listeners",
+            // Logged for both modes, under the module that admits connections. The
+            // default fitted to the open-file limit is expected; a configured value
+            // that cannot be had is worth a warning.
+            let why = format!(
+                "the open-file limit is {descriptors}, with {} kept back (descriptor_reserve) and {fixed} for broker listeners",
                 config.descriptor_reserve
             );
+            if max_connections == Config::default().max_connections {
+                tracing::info!(target: "kshim::server::admission", "max_connections is {budget} (the default {max_connections}, fitted): {why}");
+            } else {
+                tracing::warn!(target: "kshim::server::admission", "max_connections lowered from {max_connections} to {budget}: {why}");
+            }
             max_connections = budget;
         }
     }
@@ -227,6 +234,7 @@ fn frame_budget(config: &Config) -> usize {
         ),
     };
     tracing::info!(
+        target: "kshim::server::budget",
         "frames in transit are held to {} MiB at most ({why}); kshim may use {} MiB, from {}",
         budget >> 20,
         limit.bytes >> 20,
@@ -236,6 +244,7 @@ fn frame_budget(config: &Config) -> usize {
         && (budget as u64).saturating_add(64 << 20) > limit.bytes
     {
         tracing::warn!(
+            target: "kshim::server::budget",
             "the frame budget ({} MiB) leaves under 64 MiB of the memory limit ({} MiB) for \
              everything else: lower max_frame_bytes or max_queued_request_bytes, or raise the limit",
             budget >> 20,

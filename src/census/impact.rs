@@ -359,7 +359,11 @@ mod tests {
             .map(|c| c.software_name.clone().unwrap())
             .collect();
         assert_eq!(names, ["transactional"]);
-        let apis: Vec<&str> = report.would_break[0].apis.iter().map(|a| a.api.as_str()).collect();
+        let apis: Vec<&str> = report.would_break[0]
+            .apis
+            .iter()
+            .map(|a| a.api.as_str())
+            .collect();
         assert_eq!(apis, ["Produce", "EndTxn"]);
     }
 }

@@ -184,10 +184,17 @@ impl FeatureController {
                     mirror: None,
                 };
                 store.save(&state)?;
+                // In front of a cluster, Kafka's own features are the brokers' to
+                // say: only kshim's own are bootstrapped here.
+                let own: BTreeMap<&String, &i16> = state
+                    .finalized
+                    .levels
+                    .iter()
+                    .filter(|(name, _)| settings.ownership.owner(name, None) == Owner::Kshim)
+                    .collect();
                 tracing::info!(
                     epoch = 0,
-                    "bootstrapped finalized features: {:?}",
-                    state.finalized.levels
+                    "bootstrapped kshim's finalized features: {own:?}"
                 );
                 (state.finalized, state.cluster_id, None)
             }
@@ -412,7 +419,7 @@ impl FeatureController {
                 "the shared feature state could not be kept in the data directory: {reason}"
             );
         }
-        tracing::info!(epoch = own.epoch, writer = %shared.writer, "finalized features changed: {:?}", own.levels);
+        tracing::info!(epoch = own.epoch, writer = %shared.writer, "finalized features changed: {:?}", level_changes(&state.own.levels, &own.levels));
         let next = merge(
             &self.own_supported,
             &own,
@@ -493,7 +500,7 @@ impl FeatureController {
                 epoch = next.finalized.epoch,
                 upstream_epoch = mirror.finalized.epoch,
                 "finalized features changed upstream: {:?}",
-                mirror.finalized.levels
+                level_changes(&current.finalized.levels, &next.finalized.levels)
             );
         }
         state.own = own;
@@ -557,6 +564,20 @@ impl FeatureController {
         }
         Ok(plan)
     }
+}
+
+/// The levels that differ between two views, as the later one has them (0:
+/// no longer finalized), as a standalone kshim logs the changes it makes.
+fn level_changes(
+    before: &BTreeMap<String, i16>,
+    after: &BTreeMap<String, i16>,
+) -> BTreeMap<String, i16> {
+    before
+        .keys()
+        .chain(after.keys())
+        .filter(|name| before.get(*name) != after.get(*name))
+        .map(|name| (name.clone(), after.get(name).copied().unwrap_or(0)))
+        .collect()
 }
 
 fn bootstrap_levels(

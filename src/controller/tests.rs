@@ -157,3 +157,29 @@ async fn a_busy_controller_times_out() {
         .unwrap_err();
     assert_eq!(err.reason, Reason::Busy);
 }
+
+#[test]
+fn level_changes_name_only_what_changed() {
+    let before: BTreeMap<String, i16> = [
+        ("a".to_owned(), 1),
+        ("b".to_owned(), 2),
+        ("c".to_owned(), 3),
+    ]
+    .into();
+    let after: BTreeMap<String, i16> = [
+        ("a".to_owned(), 1),
+        ("b".to_owned(), 4),
+        ("d".to_owned(), 1),
+    ]
+    .into();
+    let changes = super::level_changes(&before, &after);
+    assert_eq!(
+        changes,
+        [
+            ("b".to_owned(), 4),
+            ("c".to_owned(), 0),
+            ("d".to_owned(), 1)
+        ]
+        .into()
+    );
+}

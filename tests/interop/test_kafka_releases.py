@@ -201,6 +201,22 @@ def test_before_any_broker_answers_nothing_is_finalized(kshim_factory):
     assert info.error_code == 0
     # Epoch -1 is the tag's default, so the tag is left out (None here), as Kafka leaves it out.
     assert info.finalized_epoch in (None, -1) and info.finalized == {}, (info.finalized_epoch, info.finalized)
+    # kshim's own tool says that they are unknown, not absent, and fails; the log says why.
+    kshim = str(ke.require_kshim_binary())
+    text = subprocess.run([kshim, "features", "--bootstrap-server", proxy.bootstrap, "describe"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert text.returncode == 1 and "are unknown: it answered epoch -1" in text.stderr, text
+    doc = subprocess.run([kshim, "features", "--bootstrap-server", proxy.bootstrap, "describe", "--output", "json"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert doc.returncode == 1 and json.loads(doc.stdout)["status"] == "UNKNOWN", doc
+    log = proxy.log_path.read_text()
+    assert "with no feature view stored" in log and "stored feature view (epoch" not in log, log[-2000:]
+    # Kafka's features are the brokers' to say: kshim bootstraps only its own, and the default
+    # max_connections fitted to the open-file limit is no warning, nor standalone's.
+    bootstrapped = [line for line in log.splitlines() if "bootstrapped" in line]
+    assert bootstrapped and "metadata.version" not in bootstrapped[0], bootstrapped
+    assert not [line for line in log.splitlines() if " WARN " in line and "max_connections" in line], log[-2000:]
+    assert "kshim::standalone" not in log, log[-2000:]
 
 
 CLIENTS_44 = ke.REPO_ROOT / "tests" / "interop" / "java" / "Kafka44Clients.java"
