@@ -125,7 +125,7 @@ pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
     println!("kshim listening on {}", service.local_addr);
     let stop = stop_on_signal(
         Arc::clone(&service.admin),
-        Duration::from_millis(service.config.shutdown_delay_ms),
+        service.config.shutdown_delay(),
     )?;
     service.serve(stop).await;
     Ok(())

@@ -76,8 +76,8 @@ pub struct Config {
     /// admin API and kshim's own upstream connections.
     pub descriptor_reserve: usize,
     /// After SIGTERM, how long kshim reports not ready and keeps serving before
-    /// it stops accepting connections.
-    pub shutdown_delay_ms: u64,
+    /// it stops accepting connections; unset, `shutdown_delay()` decides.
+    pub shutdown_delay_ms: Option<u64>,
     /// Once it has stopped accepting, how long open connections have to finish
     /// the requests already read.
     pub shutdown_grace_ms: u64,
@@ -178,6 +178,17 @@ impl Default for UpstreamConfig {
     }
 }
 
+impl Config {
+    /// After SIGTERM, how long to keep serving while `/readyz` says not ready:
+    /// `shutdown_delay_ms`, else 5 s in front of a cluster (the time a load
+    /// balancer takes to stop sending clients) and none for a standalone kshim,
+    /// which is most often a local discovery server that should stop at once.
+    pub fn shutdown_delay(&self) -> std::time::Duration {
+        let default = if self.upstream.is_some() { 5_000 } else { 0 };
+        std::time::Duration::from_millis(self.shutdown_delay_ms.unwrap_or(default))
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -200,7 +211,7 @@ impl Default for Config {
             max_pending_handshakes_per_ip: None,
             tls_handshake_timeout_ms: crate::server::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64,
             descriptor_reserve: 256,
-            shutdown_delay_ms: 5_000,
+            shutdown_delay_ms: None,
             shutdown_grace_ms: 30_000,
             draft_tags: true,
             kafka_release: KafkaRelease::newest(),
@@ -346,7 +357,7 @@ impl Config {
                 c.descriptor_reserve = v;
             }
             if let Some(v) = top.int::<u64>("shutdown_delay_ms", "a number of milliseconds") {
-                c.shutdown_delay_ms = v;
+                c.shutdown_delay_ms = Some(v);
             }
             if let Some(v) = top.int::<u64>("shutdown_grace_ms", "a number of milliseconds") {
                 c.shutdown_grace_ms = v;

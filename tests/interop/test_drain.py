@@ -254,3 +254,14 @@ advertised_host = "127.0.0.1"
             balancer.close()
         for kshim in instances:
             kshim.stop()
+
+
+def test_a_standalone_kshim_stops_at_once_on_sigterm(kshim_factory):
+    """A standalone kshim (most often a local discovery server) has no shutdown delay unless
+    shutdown_delay_ms asks for one: SIGTERM stops it without the 5 s a load balancer needs."""
+    kshim = kshim_factory()
+    started = time.monotonic()
+    rc = ke.stop_process(kshim.proc, sig=signal.SIGTERM)
+    took = time.monotonic() - started
+    assert rc == 0, (rc, kshim.log_text()[-2000:])
+    assert "draining" not in kshim.log_text() and took < 4, (took, kshim.log_text()[-2000:])
