@@ -209,3 +209,42 @@ fn log_format_json_writes_one_object_per_line() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_older_release_on_a_newer_state_is_refused_in_release_names_with_the_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let mut first = Command::new(env!("CARGO_BIN_EXE_kshim"))
+        .args(["serve", "--data-dir", data, "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kshim runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !dir.path().join("state.json").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = first.kill();
+    let _ = first.wait();
+    let (code, _, stderr) = kshim(
+        &[
+            "serve",
+            "--data-dir",
+            data,
+            "--listen",
+            "127.0.0.1:0",
+            "--kafka-release",
+            "4.1",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("level 33 (4.4-IV2)") && stderr.contains("(3.3-IV3 to 4.1-IV1)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("new data directory")
+            && stderr.contains("kshim features downgrade --release-version"),
+        "{stderr}"
+    );
+}

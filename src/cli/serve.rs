@@ -123,10 +123,7 @@ pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
         println!("kshim admin API on {scheme}://{addr}");
     }
     println!("kshim listening on {}", service.local_addr);
-    let stop = stop_on_signal(
-        Arc::clone(&service.admin),
-        service.config.shutdown_delay(),
-    )?;
+    let stop = stop_on_signal(Arc::clone(&service.admin), service.config.shutdown_delay())?;
     service.serve(stop).await;
     Ok(())
 }

@@ -33,7 +33,10 @@ pub use section::UpdateSection;
 pub enum ControllerError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("refusing to start: the stored finalized features are incompatible with this instance: {}", list(.0))]
+    #[error("refusing to start: the stored finalized features are incompatible with this instance: {}. \
+             Start from a new data directory (--data-dir), widen [features.supported], or lower the \
+             levels first under a kshim that supports them (kshim features downgrade --release-version \
+             for a Kafka release, with --unsafe where metadata.version crosses a metadata change)", list(.0))]
     Incompatible(Vec<Incompatibility>),
     #[error("invalid features.bootstrap: {0}")]
     InvalidBootstrap(String),

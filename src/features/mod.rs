@@ -105,17 +105,27 @@ pub struct Incompatibility {
 
 impl fmt::Display for Incompatibility {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // metadata.version levels are read as Kafka's release names too.
+        let name = |level: i16| {
+            (self.feature == kafka::METADATA_VERSION)
+                .then(|| kafka::KafkaRelease::newest().any_metadata_version_name(level))
+                .flatten()
+        };
+        let (feature, level) = (&self.feature, self.finalized);
+        write!(f, "feature {feature} is finalized at level {level}")?;
+        if let Some(n) = name(level) {
+            write!(f, " ({n})")?;
+        }
+        write!(f, " (finalized range {level}-{level}) but this instance ")?;
         match self.supported {
-            Some(range) => write!(
-                f,
-                "feature {} is finalized at level {} (finalized range {}-{}) but this instance supports only {}-{}",
-                self.feature, self.finalized, self.finalized, self.finalized, range.min, range.max
-            ),
-            None => write!(
-                f,
-                "feature {} is finalized at level {} (finalized range {}-{}) but this instance does not support it",
-                self.feature, self.finalized, self.finalized, self.finalized
-            ),
+            Some(range) => {
+                write!(f, "supports only {}-{}", range.min, range.max)?;
+                if let (Some(low), Some(high)) = (name(range.min), name(range.max)) {
+                    write!(f, " ({low} to {high})")?;
+                }
+                Ok(())
+            }
+            None => write!(f, "does not support it"),
         }
     }
 }
