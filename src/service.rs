@@ -104,6 +104,23 @@ impl Service {
             ))),
             None => None,
         };
+        // The admin listener is bound before the feature state is first written:
+        // a start that fails on a busy admin port leaves no state behind.
+        let admin_listener = match &config.admin {
+            Some(a) => {
+                let (listener, _) = admin::server::bind(&a.listen).await.map_err(|source| {
+                    ServiceError::AdminBind {
+                        addr: a.listen.clone(),
+                        source,
+                    }
+                })?;
+                Some(AdminListener {
+                    listener,
+                    tls: admin_tls.clone(),
+                })
+            }
+            None => None,
+        };
         let mode = match &config.upstream {
             Some(upstream) => Mode::Proxy(
                 Proxy::bind_in(&config, upstream, store, Arc::clone(&metrics), tls.clone()).await?,
@@ -123,21 +140,6 @@ impl Service {
                     cell: p.upstream.link.tls.clone(),
                 }),
             ),
-        };
-        let admin_listener = match &config.admin {
-            Some(a) => {
-                let (listener, _) = admin::server::bind(&a.listen).await.map_err(|source| {
-                    ServiceError::AdminBind {
-                        addr: a.listen.clone(),
-                        source,
-                    }
-                })?;
-                Some(AdminListener {
-                    listener,
-                    tls: admin_tls.clone(),
-                })
-            }
-            None => None,
         };
         let admin_addr = admin_listener
             .as_ref()

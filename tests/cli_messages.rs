@@ -248,3 +248,78 @@ fn an_older_release_on_a_newer_state_is_refused_in_release_names_with_the_way_ou
         "{stderr}"
     );
 }
+
+/// One HTTP/1.1 GET; the status code.
+fn http_status(addr: &str, path: &str, token: Option<&str>) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+#[test]
+fn admin_listen_serves_the_admin_api_without_a_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut kshim = Command::new(env!("CARGO_BIN_EXE_kshim"))
+        .args([
+            "serve",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--admin-listen", &addr])
+        .env("KSHIM_ADMIN_TOKEN", "t0ken")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kshim runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut status = None;
+    while status.is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        status = http_status(&addr, "/metrics", Some("t0ken"));
+    }
+    let without = http_status(&addr, "/metrics", None);
+    let _ = kshim.kill();
+    let _ = kshim.wait();
+    assert_eq!((status, without), (Some(200), Some(401)));
+}
+
+#[test]
+fn a_busy_admin_port_fails_the_start_before_any_state_is_written() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (code, _, stderr) = kshim(
+        &[
+            "serve",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            &addr,
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&addr), "{stderr}");
+    assert!(
+        !data.join("state.json").exists(),
+        "a failed start wrote the feature state"
+    );
+}

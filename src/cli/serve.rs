@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// (overrides kafka_release; default: the newest kshim has data for).
     #[arg(long, value_parser = parse_kafka_release)]
     kafka_release: Option<KafkaRelease>,
+    /// Serve the admin API on HOST:PORT (overrides admin.listen); its token is
+    /// admin.token, else $KSHIM_ADMIN_TOKEN.
+    #[arg(long)]
+    admin_listen: Option<String>,
 }
 
 fn parse_kafka_release(text: &str) -> Result<KafkaRelease, String> {
@@ -74,6 +78,7 @@ pub async fn run(args: ServeArgs, log: LogControl) -> Result<()> {
             data_dir: args.data_dir,
             upstream: args.upstream,
             kafka_release: args.kafka_release,
+            admin_listen: args.admin_listen,
         },
     };
     let service = Service::start(source, Some(log))

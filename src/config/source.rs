@@ -16,6 +16,9 @@ pub struct CliOverrides {
     /// HOST:PORT[,HOST:PORT...] of upstream brokers.
     pub upstream: Option<String>,
     pub kafka_release: Option<crate::features::kafka::KafkaRelease>,
+    /// The admin API's listener (`admin.listen`); with no `admin.token`, the
+    /// token is `$KSHIM_ADMIN_TOKEN` when that is set.
+    pub admin_listen: Option<String>,
 }
 
 impl CliOverrides {
@@ -31,6 +34,16 @@ impl CliOverrides {
         }
         if let Some(v) = self.kafka_release {
             config.kafka_release = v;
+        }
+        if let Some(v) = &self.admin_listen {
+            let admin = config.admin.get_or_insert_with(Default::default);
+            admin.listen = v.clone();
+            if admin.token.is_none() {
+                admin.token = std::env::var("KSHIM_ADMIN_TOKEN")
+                    .ok()
+                    .filter(|t| !t.is_empty())
+                    .map(crate::secret::Secret::new);
+            }
         }
         if let Some(v) = &self.upstream {
             let upstream = config.upstream.get_or_insert_with(UpstreamConfig::default);
