@@ -29,6 +29,9 @@ ENV is one of:
     serve+admin  the same, plus [admin] with the token $KSHIM_ADMIN_TOKEN (also $TOKEN)
     serve FILE   `kshim serve --config FILE`, FILE from a `file:` block above on the page
     compose      docker/kshim.toml in front of the session's Kafka 4.1.1 broker
+    upstream     `kshim serve --upstream BROKER --listen 127.0.0.1:19092` with flags only (no
+                 config file) in front of the session's broker (localhost:9092 in the block);
+                 node 1 on 127.0.0.1:19094
 
 A block runs in a new temporary directory holding the page's files so far, with `kshim` on
 PATH (a symlink to the binary under test). ```sh and ```bash blocks run with
@@ -49,7 +52,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -63,7 +68,7 @@ import tls_support as ts
 REPO = ke.REPO_ROOT
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SHELL_LANGS = {"sh", "bash", "console"}
-ENVS = ("shell", "serve", "serve+admin", "serve FILE", "compose")
+ENVS = ("shell", "serve", "serve+admin", "serve FILE", "compose", "upstream")
 BLOCK_TIMEOUT_S = 60
 ADMIN_TOKEN = "docs-test-token"
 EXAMPLE_DIR = "/etc/kshim/"
@@ -329,6 +334,17 @@ def test_every_shell_block_is_run_or_marked():
     assert not problems, "\n".join(problems)
 
 
+def port_is_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def env_kind(run: str) -> str:
     return "serve FILE" if run.startswith("serve ") and run != "serve+admin" else run
 
@@ -453,6 +469,23 @@ def start_env(run: str, page: Page, block: Block, request, kshim_factory, etc: P
         env.address("127.0.0.1:9880", f"127.0.0.1:{admin_port}")
         env.normalize_epoch = True
         return env
+    if kind == "upstream":
+        kafka = request.getfixturevalue("kafka_broker")
+        # Flags only, as the README runs it: the bootstrap on PORT and node 1 on PORT + 2.
+        port = next(p for p in iter(ke.free_port, None) if port_is_free(p + 2))
+        data = Path(tempfile.mkdtemp(prefix="kshim-docs-"))
+        log = open(data / "kshim.log", "wb")
+        proc = subprocess.Popen([str(ke.require_kshim_binary()), "serve", "--upstream", kafka.bootstrap,
+                                 "--listen", f"127.0.0.1:{port}", "--data-dir", str(data / "state")],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        request.addfinalizer(lambda: (ke.stop_process(proc, sig=signal.SIGINT), log.close()))
+        assert ke.wait_until(lambda: ke.port_accepts("127.0.0.1", port)
+                             and 0 in ke.api_versions(f"127.0.0.1:{port}").api_keys, 30), \
+            (data / "kshim.log").read_text()[-2000:]
+        env.address("127.0.0.1:19092", f"127.0.0.1:{port}")
+        env.address("127.0.0.1:19094", f"127.0.0.1:{port + 2}")
+        env.address("localhost:9092", kafka.bootstrap)
+        return env
     raise AssertionError(f"{block.where}: unknown environment {run!r}")
 
 
@@ -523,7 +556,7 @@ def shell_block_params() -> list:
     """Each runnable block; those run in front of the Kafka broker are marked `broker`."""
     return [
         pytest.param(page, block, id=block.where,
-                     marks=[pytest.mark.broker] if env_kind(block.markers["run"]) == "compose" else [])
+                     marks=[pytest.mark.broker] if env_kind(block.markers["run"]) in ("compose", "upstream") else [])
         for page, block in runnable()
     ]
 
