@@ -264,6 +264,99 @@ fn the_top_level_modules_import_one_way() {
     }
 }
 
+/// The files of one directory module (neither its mod.rs nor tests.rs) and
+/// the siblings each names, through `super::` or the module's full path.
+fn sibling_graphs() -> BTreeMap<String, Graph> {
+    let files = src_files();
+    let mut graphs: BTreeMap<String, Graph> = BTreeMap::new();
+    for (rel, text) in &files {
+        let Some((dir, file)) = rel.rsplit_once('/') else {
+            continue;
+        };
+        let stem = file.trim_end_matches(".rs");
+        if matches!(stem, "mod" | "tests") || dir.starts_with("cli") {
+            continue;
+        }
+        let siblings: BTreeSet<String> = files
+            .iter()
+            .filter_map(|(other, _)| {
+                let (d, f) = other.rsplit_once('/')?;
+                let s = f.trim_end_matches(".rs");
+                (d == dir && !matches!(s, "mod" | "tests") && s != stem).then(|| s.to_owned())
+            })
+            .collect();
+        let code = without_test_modules(&without_comments(text));
+        let full = format!("crate::{}::", dir.replace('/', "::"));
+        let code = code.replace(&full, "crate::").replace("super::", "crate::");
+        let edges = graphs
+            .entry(dir.to_owned())
+            .or_default()
+            .entry(stem.to_owned())
+            .or_default();
+        for name in named_modules(&code)
+            .into_iter()
+            .filter(|n| siblings.contains(n))
+        {
+            edges.entry(name).or_default().insert(rel.clone());
+        }
+    }
+    graphs
+}
+
+#[test]
+fn the_files_of_a_module_import_one_way() {
+    let graphs = sibling_graphs();
+    assert!(
+        graphs["upstream"]["configs"].contains_key("cluster"),
+        "the graphs were read: {:?}",
+        graphs["upstream"]
+    );
+    let circles: Vec<String> = graphs
+        .iter()
+        .filter_map(|(dir, graph)| Some(format!("{dir}: {}", find_cycle(graph)?.join(" -> "))))
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "files of one module import each other in a circle (move what both need into a third \
+         file, or into the one the other already imports):\n  {}",
+        circles.join("\n  ")
+    );
+}
+
+#[test]
+fn architecture_md_names_every_top_level_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut missing = Vec::new();
+    for entry in fs::read_dir(root.join("src")).expect("src/") {
+        let name = entry
+            .expect("an entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        let module = name.trim_end_matches(".rs");
+        if matches!(module, "lib" | "main") {
+            continue;
+        }
+        let named = [
+            format!("`{module}`"),
+            format!("`{module}/`"),
+            format!("`{module}.rs`"),
+        ]
+        .iter()
+        .any(|n| page.contains(n.as_str()))
+            || page.contains(&format!(" {module}/ "));
+        if !named {
+            missing.push(module.to_owned());
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md does not name these modules of src/: {missing:?}"
+    );
+}
+
 #[test]
 fn no_source_file_is_over_800_lines() {
     let files = src_files();

@@ -30,7 +30,15 @@ pub struct ClusterView {
     /// The brokers that answered ApiVersions, with what they advertised.
     pub live: BTreeMap<i32, DecodedApiVersions>,
     /// `num.partitions` and `default.replication.factor`, for the create-topic policy.
-    pub topic_defaults: super::configs::TopicDefaults,
+    pub topic_defaults: TopicDefaults,
+}
+
+/// The cluster defaults a CreateTopics request falls back on with -1, read by
+/// `Discoverer::refresh` (in configs.rs) from the broker that answered Metadata.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicDefaults {
+    pub num_partitions: Option<i32>,
+    pub replication_factor: Option<i16>,
 }
 
 /// The feature state the upstream reports, merged over its live brokers.
@@ -163,8 +171,13 @@ impl Discoverer {
     /// Asks the upstream for its brokers, trying the brokers of `previous` first
     /// and then every bootstrap address, and asks each broker what it serves.
     /// Brokers are asked concurrently, each within `connect_timeout`, so a
-    /// broker that never answers costs one deadline, not one per broker.
-    pub async fn refresh(&mut self, previous: &ClusterView) -> Result<ClusterView, UpstreamError> {
+    /// broker that never answers costs one deadline, not one per broker. Also
+    /// the node id of the broker whose Metadata answered; the topic defaults
+    /// are `previous`'s (`Discoverer::refresh`, in configs.rs, reads them again).
+    pub(super) async fn discover(
+        &mut self,
+        previous: &ClusterView,
+    ) -> Result<(ClusterView, Option<i32>), UpstreamError> {
         let mut targets: Vec<String> = previous.brokers.values().map(BrokerInfo::address).collect();
         for b in &self.bootstrap {
             if !targets.contains(b) {
@@ -252,7 +265,7 @@ impl Discoverer {
         self.clients.extend(keep);
         let wanted: Vec<String> = brokers.values().map(BrokerInfo::address).collect();
         self.clients.retain(|addr, _| wanted.contains(addr));
-        let mut view = ClusterView {
+        let view = ClusterView {
             cluster_id,
             brokers,
             live,
@@ -263,14 +276,7 @@ impl Discoverer {
             .iter()
             .find(|(_, b)| b.address() == asked)
             .map(|(id, _)| *id);
-        if let Some(id) = asked_id {
-            let client = self.client(&asked).await?;
-            match super::configs::topic_defaults(client, &view, id).await {
-                Ok(defaults) => view.topic_defaults = defaults,
-                Err(e) => tracing::debug!("cluster topic defaults not read from broker {id}: {e}"),
-            }
-        }
-        Ok(view)
+        Ok((view, asked_id))
     }
 
     /// Asks `target` for ApiVersions (and Metadata with `metadata`) on its control
@@ -315,7 +321,7 @@ impl Discoverer {
         }
     }
 
-    async fn client(&mut self, target: &str) -> Result<&mut KafkaClient, UpstreamError> {
+    pub(super) async fn client(&mut self, target: &str) -> Result<&mut KafkaClient, UpstreamError> {
         if !self.clients.contains_key(target) {
             let client = control_connection(&[target.to_owned()], &self.link).await?;
             self.clients.insert(target.to_owned(), client);

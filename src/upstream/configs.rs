@@ -5,7 +5,7 @@
 //! Responses are walked with the bounded `Reader`: a broker's answer never makes
 //! kshim allocate in proportion to a count it has not checked.
 
-use super::cluster::{broken, control_connection, ClusterView};
+use super::cluster::{broken, control_connection, ClusterView, Discoverer};
 use super::link::LinkSettings;
 use super::UpstreamError;
 use crate::client::{negotiate, KafkaClient};
@@ -27,11 +27,24 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
 
-/// The cluster defaults a CreateTopics request falls back on with -1.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TopicDefaults {
-    pub num_partitions: Option<i32>,
-    pub replication_factor: Option<i16>,
+pub use super::cluster::TopicDefaults;
+
+impl Discoverer {
+    /// The upstream cluster now (`Discoverer::discover`), with its topic
+    /// defaults read from the broker that answered Metadata (kept from
+    /// `previous` when that broker does not say).
+    pub async fn refresh(&mut self, previous: &ClusterView) -> Result<ClusterView, UpstreamError> {
+        let (mut view, asked) = self.discover(previous).await?;
+        let asked = asked.and_then(|id| Some((id, view.brokers.get(&id)?.address())));
+        if let Some((id, address)) = asked {
+            let client = self.client(&address).await?;
+            match topic_defaults(client, &view, id).await {
+                Ok(defaults) => view.topic_defaults = defaults,
+                Err(e) => tracing::debug!("cluster topic defaults not read from broker {id}: {e}"),
+            }
+        }
+        Ok(view)
+    }
 }
 
 /// DescribeConfigs' ConfigSource, by name.
