@@ -11,7 +11,6 @@
 //!   versions that need a higher level than the one planned (they break if the
 //!   feature is set below them), from the release data (`crate::releases::feature_apis`).
 
-use super::releases::RELEASES;
 use super::ClientView;
 use crate::protocol::api_name;
 use kafka_protocol::messages::ApiKey;
@@ -35,23 +34,44 @@ fn from_data(release: &crate::releases::Release) -> ReleaseApis {
     }
 }
 
-/// Every release the census knows, oldest first: 3.x from the generated table,
-/// each release of the data from the data.
+/// Every release the census knows, oldest first: 3.x from
+/// `data/kafka/3.x-apis.json` (generated from each release's kafka-clients jar
+/// by tests/tools/release_apis), each release of the release data from that
+/// data: a new Kafka release needs its release data and nothing here.
 fn releases() -> &'static [ReleaseApis] {
     static ALL: OnceLock<Vec<ReleaseApis>> = OnceLock::new();
     ALL.get_or_init(|| {
         let data = crate::releases::releases();
-        let mut all: Vec<ReleaseApis> = RELEASES
-            .iter()
+        let mut all: Vec<ReleaseApis> = older_releases()
+            .into_iter()
             .filter(|r| data.iter().all(|d| d.minor() != r.version))
-            .map(|r| ReleaseApis {
-                version: r.version.to_owned(),
-                apis: r.apis.to_vec(),
-            })
             .collect();
         all.extend(data.iter().map(from_data));
         all
     })
+}
+
+/// The 3.x releases' API ranges, oldest first.
+fn older_releases() -> Vec<ReleaseApis> {
+    #[derive(serde::Deserialize)]
+    struct Older {
+        releases: std::collections::BTreeMap<String, Vec<(i16, i16, i16)>>,
+    }
+    let older: Older = serde_json::from_str(include_str!("../../data/kafka/3.x-apis.json"))
+        .expect("data/kafka/3.x-apis.json is checked by the census tests");
+    let mut out: Vec<ReleaseApis> = older
+        .releases
+        .into_iter()
+        .map(|(version, apis)| ReleaseApis { version, apis })
+        .collect();
+    out.sort_by_key(|r| minor_number(&r.version));
+    out
+}
+
+/// "3.10" -> (3, 10), so that releases sort as numbers.
+fn minor_number(version: &str) -> (u32, u32) {
+    let mut parts = version.split('.').map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 /// The release table's entry for "4.0" (or "4.0.1": patch releases share their
@@ -288,36 +308,49 @@ pub fn parse_feature_level(text: &str) -> Result<(String, i16), String> {
 mod tests {
     use super::*;
 
-    /// Two generators, from the same jars: the census table (the kafka-clients
-    /// ApiKeys enum, run by tests/tools/release_apis) and the release data (the
-    /// message schemas) agree on every release both have.
+    /// The 3.x table and the release data join into one list, oldest first,
+    /// each release once, the newest being the release data's newest; every
+    /// release serves ApiVersions and Produce, and KIP-896's removals show
+    /// between 3.9 and 4.0 (Produce v0-v2 went).
     #[test]
-    fn the_generated_table_and_the_release_data_agree() {
-        let mut compared = Vec::new();
-        for data in crate::releases::releases() {
-            if let Some(table) = RELEASES.iter().find(|r| r.version == data.minor()) {
-                assert_eq!(
-                    table.apis,
-                    from_data(data).apis.as_slice(),
-                    "{}",
-                    data.minor()
+    fn the_census_knows_every_release_from_3_0_to_the_newest_in_the_data() {
+        let known = known_releases();
+        let older: Vec<String> = (0..=9).map(|m| format!("3.{m}")).collect();
+        let data: Vec<&str> = crate::releases::releases()
+            .iter()
+            .map(|r| r.minor())
+            .collect();
+        let expected: Vec<&str> = older.iter().map(String::as_str).chain(data).collect();
+        assert_eq!(known, expected);
+        for r in releases() {
+            for key in [0, 18] {
+                assert!(
+                    r.apis.iter().any(|a| a.0 == key),
+                    "{} serves API {key}",
+                    r.version
                 );
-                compared.push(data.minor());
             }
+            assert!(
+                r.apis.windows(2).all(|w| w[0].0 < w[1].0),
+                "{} sorted by key",
+                r.version
+            );
         }
-        assert_eq!(compared, ["4.0", "4.1"]);
-        assert_eq!(
-            known_releases(),
-            [
-                "3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "4.0", "4.1",
-                "4.2", "4.3", "4.4"
-            ]
-        );
-        let newest = release("4.4.0").unwrap();
-        assert!(
-            newest.apis.iter().any(|&(key, _, _)| key == 89),
-            "the Streams group APIs"
-        );
+        let produce_min = |v: &str| {
+            release(v)
+                .unwrap()
+                .apis
+                .iter()
+                .find(|a| a.0 == 0)
+                .unwrap()
+                .1
+        };
+        assert_eq!((produce_min("3.9"), produce_min("4.0")), (0, 3));
+        assert!(release("4.4.0")
+            .unwrap()
+            .apis
+            .iter()
+            .any(|&(key, _, _)| key == 89));
     }
 
     fn client(name: &str, apis: &[(i16, i16)]) -> ClientView {

@@ -17,7 +17,6 @@
 //! their own; every later pair is counted under `other`.
 
 pub mod impact;
-pub mod releases;
 
 use crate::features::FeatureSnapshot;
 use crate::protocol::api_name;
