@@ -35,7 +35,7 @@ fn from_data(release: &crate::releases::Release) -> ReleaseApis {
 }
 
 /// Every release the census knows, oldest first: 3.x from
-/// `data/kafka/3.x-apis.json` (generated from each release's kafka-clients jar
+/// `data/census/kafka-3.x-apis.json` (generated from each release's kafka-clients jar
 /// by tests/tools/release_apis), each release of the release data from that
 /// data: a new Kafka release needs its release data and nothing here.
 fn releases() -> &'static [ReleaseApis] {
@@ -57,8 +57,8 @@ fn older_releases() -> Vec<ReleaseApis> {
     struct Older {
         releases: std::collections::BTreeMap<String, Vec<(i16, i16, i16)>>,
     }
-    let older: Older = serde_json::from_str(include_str!("../../data/kafka/3.x-apis.json"))
-        .expect("data/kafka/3.x-apis.json is checked by the census tests");
+    let older: Older = serde_json::from_str(include_str!("../../data/census/kafka-3.x-apis.json"))
+        .expect("data/census/kafka-3.x-apis.json is checked by the census tests");
     let mut out: Vec<ReleaseApis> = older
         .releases
         .into_iter()

@@ -58,6 +58,11 @@ struct MatrixArgs {
     /// under the system's temporary directory).
     #[arg(long, value_name = "DIR")]
     logs: Option<PathBuf>,
+    /// A kshim config each cell's kshim starts from, for what the brokers need
+    /// ([upstream.tls], [upstream.sasl], policies); its listen, data_dir,
+    /// shutdown_delay_ms, broker ports and lab are the matrix's own.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// The command and its arguments; {bootstrap}, {cell} and {release} in
     /// them are replaced per cell.
     #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
@@ -274,7 +279,16 @@ async fn run_cell(cell: &Cell, args: &MatrixArgs, logs: &Path) -> Result<Outcome
 /// listeners on ports of the system's choosing, no shutdown delay, and the
 /// cell's scenario.
 fn cell_config(cell: &Cell, args: &MatrixArgs, dir: &Path, port: u16) -> Result<String> {
-    let mut doc = toml::Table::new();
+    let mut doc = match &args.config {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading --config {}", path.display()))?
+            .parse::<toml::Table>()
+            .with_context(|| format!("--config {}", path.display()))?,
+        None => toml::Table::new(),
+    };
+    for key in ["advertised_listener", "admin", "cluster"] {
+        doc.remove(key);
+    }
     doc.insert("listen".into(), format!("127.0.0.1:{port}").into());
     doc.insert(
         "data_dir".into(),
@@ -283,7 +297,10 @@ fn cell_config(cell: &Cell, args: &MatrixArgs, dir: &Path, port: u16) -> Result<
     doc.insert("shutdown_delay_ms".into(), 0.into());
     match &args.upstream {
         Some(brokers) => {
-            let mut upstream = toml::Table::new();
+            let mut upstream = match doc.remove("upstream") {
+                Some(toml::Value::Table(t)) => t,
+                _ => toml::Table::new(),
+            };
             let list: Vec<toml::Value> = brokers
                 .split(',')
                 .map(|b| toml::Value::from(b.trim()))
@@ -295,6 +312,7 @@ fn cell_config(cell: &Cell, args: &MatrixArgs, dir: &Path, port: u16) -> Result<
             doc.insert("upstream".into(), upstream.into());
         }
         None => {
+            doc.remove("upstream");
             doc.insert("kafka_release".into(), cell.release.minor().into());
         }
     }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates data/kafka/3.x-apis.json: the API version ranges each Apache Kafka 3.x
+# Regenerates data/census/kafka-3.x-apis.json: the API version ranges each Apache Kafka 3.x
 # release's brokers serve, read from that release's kafka-clients jar, for the census's
 # upgrade-impact report (4.0 and later come from the release data, tools/release-data).
 #
-#   tests/tools/release_apis/generate.sh > data/kafka/3.x-apis.json
+#   tests/tools/release_apis/generate.sh > data/census/kafka-3.x-apis.json
 #
 # Needs mvn (jars come from Maven Central into ~/.m2) and a JDK (17 works).
 # Work files go to $RELEASE_APIS_WORK (default: $TMPDIR/kshim-release-apis).
