@@ -588,3 +588,21 @@ def test_shell_block(page, block, request, kshim_factory, kshim_on_path, etc_ksh
         compare(block.where, cp.stdout, block.output.text, env, "the block")
     else:
         assert cp.returncode == 0, f"{block.where}: exited {cp.returncode}\n--- output\n{cp.stdout}"
+
+
+def test_the_grafana_dashboard_is_linked_where_operators_look():
+    """deploy/grafana/kshim-dashboard.json is linked from the README and from metrics.md."""
+    for page, link in [(REPO / "README.md", "deploy/grafana/kshim-dashboard.json"),
+                       (REPO / "docs" / "reference" / "metrics.md", "../../deploy/grafana/kshim-dashboard.json")]:
+        assert f"]({link})" in page.read_text(), f"{page.name} does not link {link}"
+    assert (REPO / "deploy" / "grafana" / "kshim-dashboard.json").is_file()
+
+
+def test_the_readme_run_and_test_section_is_named_for_what_it_holds():
+    """The README's first section lists the commands to run and to test kshim; its heading
+    says so rather than counting them."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Run and test", 1)[1].split("\n## ", 1)[0]
+    commands = [l for l in section.split("```sh", 1)[1].split("```", 1)[0].splitlines() if l.strip()]
+    assert any("serve" in c for c in commands) and any("scripts/test.sh" in c for c in commands), commands
+    assert "## The two commands" not in text
