@@ -172,12 +172,13 @@ impl Discoverer {
     /// and then every bootstrap address, and asks each broker what it serves.
     /// Brokers are asked concurrently, each within `connect_timeout`, so a
     /// broker that never answers costs one deadline, not one per broker. Also
-    /// the node id of the broker whose Metadata answered; the topic defaults
-    /// are `previous`'s (`Discoverer::refresh`, in configs.rs, reads them again).
+    /// the node id and address of the broker whose Metadata answered (its
+    /// control connection is kept under that address); the topic defaults are
+    /// `previous`'s (`Discoverer::refresh`, in configs.rs, reads them again).
     pub(super) async fn discover(
         &mut self,
         previous: &ClusterView,
-    ) -> Result<(ClusterView, Option<i32>), UpstreamError> {
+    ) -> Result<(ClusterView, Option<(i32, String)>), UpstreamError> {
         let mut targets: Vec<String> = previous.brokers.values().map(BrokerInfo::address).collect();
         for b in &self.bootstrap {
             if !targets.contains(b) {
@@ -275,7 +276,7 @@ impl Discoverer {
             .brokers
             .iter()
             .find(|(_, b)| b.address() == asked)
-            .map(|(id, _)| *id);
+            .map(|(id, _)| (*id, asked));
         Ok((view, asked_id))
     }
 

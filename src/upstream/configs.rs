@@ -35,7 +35,6 @@ impl Discoverer {
     /// `previous` when that broker does not say).
     pub async fn refresh(&mut self, previous: &ClusterView) -> Result<ClusterView, UpstreamError> {
         let (mut view, asked) = self.discover(previous).await?;
-        let asked = asked.and_then(|id| Some((id, view.brokers.get(&id)?.address())));
         if let Some((id, address)) = asked {
             let client = self.client(&address).await?;
             match topic_defaults(client, &view, id).await {
