@@ -195,9 +195,8 @@ async fn run_cell(cell: &Cell, args: &MatrixArgs, logs: &Path) -> Result<Outcome
     let dir = logs.join(&slug);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let port = free_port()?;
     let config_path = dir.join("kshim.toml");
-    std::fs::write(&config_path, cell_config(cell, args, &dir, port)?)?;
+    std::fs::write(&config_path, cell_config(cell, args, &dir)?)?;
     let service = Service::start(
         ConfigSource {
             file: Some(config_path),
@@ -275,10 +274,10 @@ async fn run_cell(cell: &Cell, args: &MatrixArgs, logs: &Path) -> Result<Outcome
     Ok(outcome)
 }
 
-/// The cell's kshim config: its own port and data directory, brokers'
+/// The cell's kshim config: a port and data directory of its own, brokers'
 /// listeners on ports of the system's choosing, no shutdown delay, and the
 /// cell's scenario.
-fn cell_config(cell: &Cell, args: &MatrixArgs, dir: &Path, port: u16) -> Result<String> {
+fn cell_config(cell: &Cell, args: &MatrixArgs, dir: &Path) -> Result<String> {
     let mut doc = match &args.config {
         Some(path) => std::fs::read_to_string(path)
             .with_context(|| format!("reading --config {}", path.display()))?
@@ -289,7 +288,9 @@ fn cell_config(cell: &Cell, args: &MatrixArgs, dir: &Path, port: u16) -> Result<
     for key in ["advertised_listener", "admin", "cluster"] {
         doc.remove(key);
     }
-    doc.insert("listen".into(), format!("127.0.0.1:{port}").into());
+    // A port of the system's choosing: a standalone kshim advertises the port it
+    // bound, and in front of brokers clients go on to the brokers' own ports.
+    doc.insert("listen".into(), "127.0.0.1:0".into());
     doc.insert(
         "data_dir".into(),
         dir.join("data").display().to_string().into(),
@@ -321,11 +322,6 @@ fn cell_config(cell: &Cell, args: &MatrixArgs, dir: &Path, port: u16) -> Result<
     lab.insert("scenarios".into(), vec![scenario].into());
     doc.insert("lab".into(), lab.into());
     Ok(toml::to_string(&doc)?)
-}
-
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
 }
 
 /// Until a proxy has read its brokers' API table (standalone: at once).
