@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc as Inner;
 
+mod kept;
+
 /// Counters per thread group, each on a cache line of its own: an allocation
 /// adds to its thread's shard without contending with the other threads.
 const SHARDS: usize = 16;
@@ -77,8 +79,9 @@ const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 /// Blocks of this size or more (request frames and fetch responses of a MiB
 /// or more) come from the C library's malloc, which maps each one for itself
 /// (the threshold is fixed at this size, see [`configure`]): the pages are
-/// resident only once written, go back to the system when the block is freed,
-/// and a growing block is moved by remapping (`mremap`), not by copying into
+/// resident only once written, are kept for the next frame of about their size
+/// or go back to the system (`kept`, bounded and released when unused for a
+/// second), and a growing block is moved by remapping (`mremap`), not by copying into
 /// a second block while the first is still resident. A partial 90 MiB frame
 /// read into a growing buffer peaked at twice its size through mimalloc.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -142,7 +145,11 @@ impl CountingAllocator {
 #[inline]
 unsafe fn alloc_by_size(layout: Layout) -> *mut u8 {
     if layout.size() >= LARGE {
-        System.alloc(layout)
+        if kept::keepable(layout.align()) {
+            kept::alloc(layout.size())
+        } else {
+            System.alloc(layout)
+        }
     } else {
         Inner.alloc(layout)
     }
@@ -154,7 +161,11 @@ unsafe fn alloc_by_size(layout: Layout) -> *mut u8 {
 #[inline]
 unsafe fn dealloc_by_size(ptr: *mut u8, layout: Layout) {
     if layout.size() >= LARGE {
-        System.dealloc(ptr, layout);
+        if kept::keepable(layout.align()) {
+            kept::dealloc(ptr, layout.size());
+        } else {
+            System.dealloc(ptr, layout);
+        }
     } else {
         Inner.dealloc(ptr, layout);
     }
@@ -177,7 +188,11 @@ unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         configure();
         let p = if layout.size() >= LARGE {
-            System.alloc_zeroed(layout)
+            if kept::keepable(layout.align()) {
+                kept::alloc_zeroed(layout.size())
+            } else {
+                System.alloc_zeroed(layout)
+            }
         } else {
             Inner.alloc_zeroed(layout)
         };
@@ -194,6 +209,9 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = match (layout.size() >= LARGE, new_size >= LARGE) {
+            (true, true) if kept::keepable(layout.align()) => {
+                kept::realloc(ptr, layout.size(), new_size)
+            }
             (true, true) => System.realloc(ptr, layout, new_size),
             (false, false) => Inner.realloc(ptr, layout, new_size),
             _ => {
@@ -240,6 +258,22 @@ pub fn allocations() -> Option<u64> {
     )
 }
 
+/// Bytes of large blocks kept for the next frames (see `kept`), which count in
+/// the resident memory and not in [`allocated_bytes`].
+pub fn kept_bytes() -> u64 {
+    kept::kept().1 as u64
+}
+
+/// Hands the large blocks kept for the next frames back to the system once
+/// none was used for a second; runs for as long as the runtime does, so that
+/// an instance that goes quiet while its threads sleep holds none of them.
+pub async fn release_kept_blocks_when_unused() {
+    loop {
+        tokio::time::sleep(kept::KEEP_IDLE).await;
+        kept::release_if_idle();
+    }
+}
+
 /// The process's resident memory, from `/proc/self/statm`; `None` where that
 /// file does not exist.
 pub fn resident_bytes() -> Option<u64> {
@@ -259,6 +293,7 @@ const RELEASE_EVERY: Duration = Duration::from_secs(10);
 /// while that thread allocates and frees, so without this an instance whose
 /// clients have left keeps the pages its last burst emptied.
 pub fn release_free_memory_when_idle() {
+    kept::release_if_idle();
     thread_local! {
         static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
     }
@@ -347,6 +382,33 @@ mod tests {
         }
         let after = live();
         assert_eq!(after, before);
+    }
+
+    #[test]
+    fn a_large_block_freed_is_kept_for_the_next_of_its_size_and_released_when_unused() {
+        let _one = COUNTERS.lock().unwrap_or_else(|e| e.into_inner());
+        if LARGE == usize::MAX {
+            return; // no large-block path on this platform
+        }
+        let a = CountingAllocator;
+        let layout = Layout::from_size_align(LARGE + 1000, 8).unwrap();
+        let reused = kept::reused();
+        // SAFETY: a non-zero layout; each block is freed with its layout.
+        unsafe {
+            let p = a.alloc(layout);
+            assert!(!p.is_null());
+            *p.add(LARGE) = 1;
+            a.dealloc(p, layout);
+            // A frame of about the same size gets the same block back.
+            let near = Layout::from_size_align(LARGE + 2000, 8).unwrap();
+            let q = a.alloc(near);
+            assert_eq!(q, p);
+            assert_eq!(kept::reused(), reused + 1);
+            a.dealloc(q, near);
+        }
+        assert!(kept::kept().0 >= 1);
+        kept::release_all();
+        assert_eq!(kept::kept(), (0, 0));
     }
 
     #[test]

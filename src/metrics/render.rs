@@ -154,6 +154,12 @@ impl Metrics {
                 crate::heap::allocations(),
             ),
             (
+                "kshim_heap_kept_bytes",
+                "gauge",
+                "Bytes of freed large blocks (a MiB or more) kept for the next frames of their size, until unused for a second.",
+                crate::heap::allocated_bytes().map(|_| crate::heap::kept_bytes()),
+            ),
+            (
                 "kshim_resident_memory_bytes",
                 "gauge",
                 "The process's resident memory: the heap, what the allocator keeps for reuse, code and stacks.",
