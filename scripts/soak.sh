@@ -5,7 +5,8 @@
 #   scripts/soak.sh                 30 minutes, every fault kind twice
 #   scripts/soak.sh --minutes 120   longer
 #   scripts/soak.sh --quick         3 minutes, every fault kind once, shorter faults
-#   options: --mbps N (bulk load, MiB/s), --seed N (repeat a schedule), --out DIR (report)
+#   options: --mbps N (bulk load, MiB/s), --seed N (repeat a schedule), --out DIR (report),
+#            --pin (kshim on the last CPU, brokers and clients on the others)
 #
 # Installs what is missing (scripts/install-deps.sh) and builds kshim (cargo build --release)
 # first, unless KSHIM_BIN names the binary to soak. Exit 0 when every invariant held, 1 when one did not, 2 when the soak could not run.

@@ -25,8 +25,12 @@ const MAX_SLICES: usize = 64;
 pub struct FrameReader {
     buf: BytesMut,
     max_frame_bytes: usize,
-    /// The body size of the frame being read, once its size was granted.
+    /// The body size of the frame being read, once its size was granted (its
+    /// prefix is then no longer in `buf`).
     granted: Option<usize>,
+    /// Bytes of that frame's body already taken before it was whole
+    /// ([`FrameReader::take_arrived`]).
+    taken: usize,
     /// When the bytes of a frame not yet whole began to arrive (or its size was
     /// granted, after a wait for the grant).
     partial_since: Option<Instant>,
@@ -39,6 +43,7 @@ impl FrameReader {
             buf: BytesMut::new(),
             max_frame_bytes,
             granted: None,
+            taken: 0,
             partial_since: None,
             eof: false,
         }
@@ -72,24 +77,29 @@ impl FrameReader {
                     return Poll::Pending;
                 }
                 self.granted = Some(size);
+                self.taken = 0;
                 self.partial_since.get_or_insert_with(Instant::now);
+                self.buf.advance(4);
                 // One read can take the whole body.
-                self.buf.reserve((4 + size).saturating_sub(self.buf.len()));
+                self.buf.reserve(size.saturating_sub(self.buf.len()));
             }
             if let Some(size) = self.granted {
-                if self.buf.len() >= 4 + size {
-                    self.buf.advance(4);
-                    let frame = self.buf.split_to(size).freeze();
+                let rest = size - self.taken;
+                if self.buf.len() >= rest {
+                    let frame = self.buf.split_to(rest).freeze();
                     self.granted = None;
+                    self.taken = 0;
                     self.partial_since = (!self.buf.is_empty()).then(Instant::now);
                     return Poll::Ready(Ok(Some(frame)));
                 }
             }
             if self.eof {
-                return Poll::Ready(if self.buf.is_empty() {
+                // The bytes of the unfinished frame, its size prefix included.
+                let arrived = self.buf.len() + self.granted.map_or(0, |_| 4 + self.taken);
+                return Poll::Ready(if arrived == 0 {
                     Ok(None)
                 } else {
-                    Err(FrameError::TruncatedAtEof(self.buf.len()))
+                    Err(FrameError::TruncatedAtEof(arrived))
                 });
             }
             if self.buf.capacity() - self.buf.len() < 512 {
@@ -99,7 +109,7 @@ impl FrameReader {
                 Poll::Ready(n) => n?,
                 Poll::Pending => {
                     // Between frames, an idle connection keeps no buffer.
-                    if self.buf.is_empty() {
+                    if self.buf.is_empty() && self.granted.is_none() {
                         self.buf = BytesMut::new();
                     }
                     return Poll::Pending;
@@ -114,9 +124,44 @@ impl FrameReader {
     }
 }
 
+impl FrameReader {
+    /// The frame being read, once its size was granted and before it is whole:
+    /// its body size, and the bytes of its body that arrived and were not
+    /// taken yet (they start at body offset [`FrameReader::taken`]).
+    pub fn receiving(&self) -> Option<(usize, &[u8])> {
+        let size = self.granted?;
+        let rest = size - self.taken;
+        Some((size, &self.buf[..self.buf.len().min(rest)]))
+    }
+
+    /// Bytes of the frame being read that [`FrameReader::take_arrived`] took.
+    pub fn taken(&self) -> usize {
+        self.taken
+    }
+
+    /// Takes the arrived bytes of the frame being read, up to body offset
+    /// `upto` and never its last byte, so that they can be passed on before
+    /// the frame is whole. The frame `poll_frame` yields is then the rest of
+    /// its body. Nothing is copied: the bytes taken share the frame's block.
+    pub fn take_arrived(&mut self, upto: usize) -> Option<Bytes> {
+        let size = self.granted?;
+        let rest = size - self.taken;
+        let n = self
+            .buf
+            .len()
+            .min(rest.saturating_sub(1))
+            .min(upto.saturating_sub(self.taken));
+        if n == 0 {
+            return None;
+        }
+        self.taken += n;
+        Some(self.buf.split_to(n).freeze())
+    }
+}
+
 /// One frame waiting to be written.
 #[derive(Debug)]
-struct Queued {
+struct Queued<T> {
     /// The size prefix, when the frame does not carry its own.
     prefix: Option<[u8; 4]>,
     frame: Bytes,
@@ -124,29 +169,39 @@ struct Queued {
     written: usize,
     /// When it was queued.
     since: Instant,
-    tag: u32,
+    tag: T,
 }
 
-impl Queued {
+impl<T> Queued<T> {
     fn len(&self) -> usize {
         self.prefix.map_or(0, |_| 4) + self.frame.len()
     }
 }
 
 /// Frames queued for a stream, in order; each written whole before the next.
-/// Each frame carries a number for its owner's own bookkeeping (a kind, or
-/// bytes of a budget that the frame holds until it is written).
-#[derive(Debug, Default)]
-pub struct Outbox {
-    queue: VecDeque<Queued>,
+/// Each frame carries a tag for its owner's own bookkeeping (its kind, the
+/// bytes of a budget that the frame holds until it is written, what it answers).
+#[derive(Debug)]
+pub struct Outbox<T = u32> {
+    queue: VecDeque<Queued<T>>,
     /// Bytes queued and not yet written, prefixes included.
     bytes: usize,
     flushed: bool,
 }
 
-impl Outbox {
+impl<T> Default for Outbox<T> {
+    fn default() -> Self {
+        Outbox {
+            queue: VecDeque::new(),
+            bytes: 0,
+            flushed: false,
+        }
+    }
+}
+
+impl<T: Copy> Outbox<T> {
     /// Queues a frame that lacks its size prefix.
-    pub fn push_unprefixed(&mut self, frame: Bytes, tag: u32, since: Instant) {
+    pub fn push_unprefixed(&mut self, frame: Bytes, tag: T, since: Instant) {
         let prefix = (frame.len() as u32).to_be_bytes();
         self.push(Queued {
             prefix: Some(prefix),
@@ -157,8 +212,21 @@ impl Outbox {
         });
     }
 
-    /// Queues a frame that starts with its size prefix.
-    pub fn push_prefixed(&mut self, frame: Bytes, tag: u32, since: Instant) {
+    /// Queues the first part of a frame of `size` bytes (without prefix), to
+    /// go after the frame's size prefix; the rest follows with `push_prefixed`.
+    pub fn push_first_part(&mut self, part: Bytes, size: usize, tag: T, since: Instant) {
+        self.push(Queued {
+            prefix: Some((size as u32).to_be_bytes()),
+            frame: part,
+            written: 0,
+            since,
+            tag,
+        });
+    }
+
+    /// Queues a frame that starts with its size prefix (or a part of a frame
+    /// whose prefix was queued before it).
+    pub fn push_prefixed(&mut self, frame: Bytes, tag: T, since: Instant) {
         self.push(Queued {
             prefix: None,
             frame,
@@ -168,7 +236,7 @@ impl Outbox {
         });
     }
 
-    fn push(&mut self, q: Queued) {
+    fn push(&mut self, q: Queued<T>) {
         self.bytes += q.len();
         self.queue.push_back(q);
         self.flushed = false;
@@ -194,13 +262,13 @@ impl Outbox {
     }
 
     /// Writes until everything queued is written and flushed, or the stream
-    /// would block. `written` hears of each frame written whole, with its tag and
-    /// its size without prefix.
+    /// would block. `written` hears of each frame written whole, with its tag,
+    /// its size without prefix, and when it was queued.
     pub fn poll_write<S: AsyncWrite + Unpin>(
         &mut self,
         io: &mut S,
         cx: &mut Context<'_>,
-        mut written: impl FnMut(u32, usize),
+        mut written: impl FnMut(T, usize, Instant),
     ) -> Poll<std::io::Result<()>> {
         while !self.queue.is_empty() {
             let n = {
@@ -242,7 +310,7 @@ impl Outbox {
                 left -= take;
                 if front.written == front.len() {
                     let done = self.queue.pop_front().expect("front exists");
-                    written(done.tag, done.frame.len());
+                    written(done.tag, done.frame.len(), done.since);
                 }
             }
         }
@@ -305,6 +373,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_frame_can_be_taken_in_parts_while_it_arrives() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let mut reader = FrameReader::new(64);
+        let grant = |_: usize, _: &mut Context<'_>| Poll::Ready(());
+        a.write_all(&[0, 0, 0, 10, 1, 2, 3]).await.unwrap();
+        assert!(reader.poll_frame(&mut b, &mut cx(), grant).is_pending());
+        assert_eq!(reader.receiving().map(|(n, got)| (n, got.len())), Some((10, 3)));
+        // Up to offset 2, then what arrived; never the frame's last byte.
+        assert_eq!(&reader.take_arrived(2).unwrap()[..], &[1, 2]);
+        assert_eq!(&reader.take_arrived(usize::MAX).unwrap()[..], &[3]);
+        assert_eq!(reader.taken(), 3);
+        assert!(reader.take_arrived(usize::MAX).is_none());
+        a.write_all(&[4, 5, 6, 7, 8, 9]).await.unwrap();
+        assert!(reader.poll_frame(&mut b, &mut cx(), grant).is_pending());
+        assert_eq!(&reader.take_arrived(8).unwrap()[..], &[4, 5, 6, 7, 8]);
+        a.write_all(&[10, 0, 0, 0, 1, 11]).await.unwrap();
+        match reader.poll_frame(&mut b, &mut cx(), grant) {
+            Poll::Ready(Ok(Some(rest))) => assert_eq!(&rest[..], &[9, 10]),
+            other => panic!("expected the rest of the frame, got {other:?}"),
+        }
+        assert_eq!(reader.taken(), 0);
+        match reader.poll_frame(&mut b, &mut cx(), grant) {
+            Poll::Ready(Ok(Some(next))) => assert_eq!(&next[..], &[11]),
+            other => panic!("expected the next frame, got {other:?}"),
+        }
+        // A stream that ends inside a frame taken in part is truncated.
+        a.write_all(&[0, 0, 0, 5, 1, 2]).await.unwrap();
+        assert!(reader.poll_frame(&mut b, &mut cx(), grant).is_pending());
+        assert!(reader.take_arrived(usize::MAX).is_some());
+        drop(a);
+        assert!(matches!(
+            reader.poll_frame(&mut b, &mut cx(), grant),
+            Poll::Ready(Err(FrameError::TruncatedAtEof(6)))
+        ));
+    }
+
+    #[tokio::test]
     async fn refuses_bad_sizes_and_truncation() {
         let (mut a, mut b) = tokio::io::duplex(1024);
         a.write_all(&[0, 0, 0, 17]).await.unwrap();
@@ -336,14 +441,14 @@ mod tests {
         let mut seen = Vec::new();
         // The pipe holds 7 bytes: the outbox writes what fits, then waits.
         while !outbox.is_empty() {
-            let _ = outbox.poll_write(&mut a, &mut cx(), |tag, n| done.push((tag, n)));
+            let _ = outbox.poll_write(&mut a, &mut cx(), |tag, n, _| done.push((tag, n)));
             let mut chunk = [0u8; 64];
             let n = tokio::io::AsyncReadExt::read(&mut b, &mut chunk)
                 .await
                 .unwrap();
             seen.extend_from_slice(&chunk[..n]);
         }
-        assert!(outbox.poll_write(&mut a, &mut cx(), |_, _| {}).is_ready());
+        assert!(outbox.poll_write(&mut a, &mut cx(), |_, _, _| {}).is_ready());
         let mut rest = [0u8; 64];
         drop(a);
         let n = tokio::io::AsyncReadExt::read(&mut b, &mut rest)

@@ -6,7 +6,7 @@
 //! results kshim gave for the items it refused.
 
 use super::Action;
-use crate::protocol::rewrite::rewritable_versions;
+use crate::protocol::rewrite::{rewritable_versions, FetchTailScanner};
 use crate::protocol::{api_name, requests, CodecError, HeaderPeek};
 use crate::releases as release;
 use bytes::Bytes;
@@ -46,6 +46,52 @@ impl std::fmt::Debug for Then {
             .field("after", &self.after)
             .field("holds", &self.hold.is_some())
             .finish()
+    }
+}
+
+impl Then {
+    /// Whether the response may be passed on while it arrives, and how: only
+    /// one that goes as it came, or a Fetch v16+ whose only possible change is
+    /// in its last bytes (`protocol::rewrite::FetchTailScanner`).
+    pub fn streamed(self) -> Result<Streamed, Then> {
+        let fetch = self.api_key == ApiKey::Fetch as i16;
+        let tail = match self.after {
+            _ if self.delay.is_some() => return Err(self),
+            AfterResponse::PassOn => None,
+            AfterResponse::RewriteAddresses if fetch && self.version < FETCH_NODE_ENDPOINTS => {
+                None
+            }
+            AfterResponse::RewriteAddresses if fetch => Some(FetchTailScanner::default()),
+            _ => return Err(self),
+        };
+        Ok(Streamed { then: self, tail })
+    }
+}
+
+/// Fetch responses name brokers (NodeEndpoints, KIP-951) from this version on.
+const FETCH_NODE_ENDPOINTS: i16 = 16;
+
+/// A response passed on while it arrives (see [`Then::streamed`]).
+#[derive(Debug)]
+pub struct Streamed {
+    pub(super) then: Then,
+    /// For a Fetch v16+: where its top-level tagged fields start.
+    pub(super) tail: Option<FetchTailScanner>,
+}
+
+impl Streamed {
+    /// How far the response may be passed on: `arrived` is the frame (without
+    /// its size prefix) from offset `offset` on, as far as it came.
+    pub fn passable(&mut self, arrived: &[u8], offset: usize) -> Result<usize, String> {
+        match &mut self.tail {
+            None => Ok(usize::MAX),
+            Some(scanner) => scanner.feed(arrived, offset).map_err(|e| {
+                format!(
+                    "the upstream's Fetch v{} response does not decode: {e}",
+                    self.then.version
+                )
+            }),
+        }
     }
 }
 

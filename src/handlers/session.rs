@@ -5,7 +5,7 @@
 //! decision that needs the Kafka protocol is made here.
 
 use super::api_versions;
-use super::forward::{AfterResponse, Then};
+use super::forward::{AfterResponse, Streamed, Then};
 use super::sasl::{self, SaslExchange, SaslVerdict};
 use super::{dispatch, Action, Context, Peer};
 use crate::census::{ServedRecord, Tracked};
@@ -434,6 +434,51 @@ impl Session {
             tracing::warn!("{e}");
         }
         result
+    }
+}
+
+impl Session {
+    /// The rest of a response passed on while it arrived: `rest` is the frame
+    /// from offset `offset` on. A Fetch v16+ has its top-level tagged fields
+    /// rewritten at their length (`protocol::rewrite::rewrite_fetch_tail`).
+    pub fn streamed_response(
+        &mut self,
+        streamed: Streamed,
+        rest: Bytes,
+        offset: usize,
+    ) -> Result<Bytes, String> {
+        let Streamed { then, tail } = streamed;
+        let Some(mut scanner) = tail else {
+            return Ok(rest);
+        };
+        let version = then.version;
+        let malformed = |why: &str| {
+            let e = format!("the upstream's Fetch v{version} response does not decode: {why}");
+            tracing::warn!("{e}");
+            e
+        };
+        // The bytes that made the response whole have not been scanned yet.
+        scanner
+            .feed(&rest, offset)
+            .map_err(|e| malformed(&e.to_string()))?;
+        let at = scanner
+            .tail()
+            .and_then(|at| at.checked_sub(offset))
+            .filter(|&at| at <= rest.len())
+            .ok_or_else(|| malformed("it ends before its tagged fields"))?;
+        let Some(upstream) = &self.ctx.upstream else {
+            return Err("nothing to rewrite with".into());
+        };
+        match upstream.rewrite_fetch_tail(version, &rest[at..]) {
+            Ok(None) => Ok(rest),
+            Ok(Some(tail)) => {
+                let mut out = bytes::BytesMut::with_capacity(rest.len());
+                out.extend_from_slice(&rest[..at]);
+                out.extend_from_slice(&tail);
+                Ok(out.freeze())
+            }
+            Err(e) => Err(malformed(&e.to_string())),
+        }
     }
 }
 

@@ -149,6 +149,28 @@ impl Closure {
     }
 }
 
+/// Which way kshim's own time was spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leg {
+    /// From a request read whole from its client to its last byte handed to
+    /// the upstream's socket, or to kshim's own answer being ready.
+    Request = 0,
+    /// From a response read whole from the upstream (or kshim's answer ready
+    /// in its turn) to its last byte handed to the client's socket.
+    Response = 1,
+}
+
+impl Leg {
+    const ALL: [Leg; 2] = [Leg::Request, Leg::Response];
+
+    fn label(self) -> &'static str {
+        match self {
+            Leg::Request => "request",
+            Leg::Response => "response",
+        }
+    }
+}
+
 /// Where a configuration change came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReloadSource {
@@ -173,18 +195,28 @@ const BUCKETS_MICROS: [u64; 16] = [
     1_000_000, 2_500_000, 5_000_000, 10_000_000,
 ];
 
+/// Upper bounds of the buckets of kshim's own time, in microseconds (5 µs to
+/// 1 s): a request that costs kshim microseconds must not vanish into the
+/// first bucket of the end-to-end histogram.
+const OWN_BUCKETS_MICROS: [u64; 15] = [
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 250_000,
+    1_000_000,
+];
+
 /// A latency histogram: cumulative only when rendered, so that an observation
 /// is one add to its own bucket, one to the sum and one to the count.
 struct Histogram {
-    buckets: [AtomicU64; BUCKETS_MICROS.len()],
+    bounds: &'static [u64],
+    buckets: Box<[AtomicU64]>,
     sum_micros: AtomicU64,
     count: AtomicU64,
 }
 
 impl Histogram {
-    fn new() -> Histogram {
+    fn new(bounds: &'static [u64]) -> Histogram {
         Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
             sum_micros: AtomicU64::new(0),
             count: AtomicU64::new(0),
         }
@@ -192,7 +224,7 @@ impl Histogram {
 
     fn observe(&self, elapsed: Duration) {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        if let Some(i) = BUCKETS_MICROS.iter().position(|&le| micros <= le) {
+        if let Some(i) = self.bounds.iter().position(|&le| micros <= le) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
@@ -225,6 +257,8 @@ pub struct Metrics {
     requests: Box<[AtomicU64]>,
     /// Indexed by `api_key * 3 + outcome`.
     latency: Box<[Histogram]>,
+    /// kshim's own time, indexed by `api_key * 2 + leg`.
+    own_time: Box<[Histogram]>,
     bytes_received: AtomicU64,
     bytes_sent: AtomicU64,
     connections_open: [AtomicI64; ListenerRoute::ALL.len()],
@@ -264,7 +298,12 @@ impl Metrics {
             requests: (0..API_KEYS * VERSIONS * 3)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
-            latency: (0..API_KEYS * 3).map(|_| Histogram::new()).collect(),
+            latency: (0..API_KEYS * 3)
+                .map(|_| Histogram::new(&BUCKETS_MICROS))
+                .collect(),
+            own_time: (0..API_KEYS * 2)
+                .map(|_| Histogram::new(&OWN_BUCKETS_MICROS))
+                .collect(),
             bytes_received: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             connections_open: std::array::from_fn(|_| AtomicI64::new(0)),
@@ -292,6 +331,11 @@ impl Metrics {
         let index = (key * VERSIONS + slot(version, VERSIONS)) * 3 + outcome.index();
         self.requests[index].fetch_add(1, Ordering::Relaxed);
         self.latency[key * 3 + outcome.index()].observe(elapsed);
+    }
+
+    /// Time a request or a response spent inside kshim (see [`Leg`]).
+    pub fn own_time(&self, api_key: i16, leg: Leg, elapsed: Duration) {
+        self.own_time[slot(api_key, API_KEYS) * 2 + leg as usize].observe(elapsed);
     }
 
     pub fn received(&self, bytes: usize) {

@@ -68,6 +68,23 @@ impl Metrics {
             }
         }
 
+        header(
+            o,
+            "kshim_own_time_seconds",
+            "histogram",
+            "Time requests and responses spent inside kshim, apart from waiting for a broker or a client: leg=request from the request read to its last byte written upstream (or kshim's answer ready), leg=response from the response read to its last byte written to the client.",
+        );
+        for key in 0..API_KEYS {
+            for leg in Leg::ALL {
+                let h = &self.own_time[key * 2 + leg as usize];
+                let count = h.count.load(Ordering::Relaxed);
+                if count > 0 {
+                    let labels = format!("api=\"{}\",leg=\"{}\"", api_name(key), leg.label());
+                    h.render_into(o, "kshim_own_time_seconds", &labels, count);
+                }
+            }
+        }
+
         for (name, help, value) in [
             (
                 "kshim_received_bytes_total",
@@ -247,7 +264,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 impl Histogram {
     fn render_into(&self, out: &mut String, name: &str, labels: &str, count: u64) {
         let mut cumulative = 0;
-        for (i, le) in BUCKETS_MICROS.iter().enumerate() {
+        for (i, le) in self.bounds.iter().enumerate() {
             cumulative += self.buckets[i].load(Ordering::Relaxed);
             let _ = writeln!(
                 out,

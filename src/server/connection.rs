@@ -28,9 +28,12 @@ use super::budget::Reservation;
 use super::Limits;
 use crate::framing::{FrameReader, Outbox};
 use crate::handlers::forward::{Forward, Then};
+use streaming::Streaming;
+
+mod streaming;
 use crate::handlers::session::Session;
 use crate::handlers::{Action, Context, Peer};
-use crate::metrics::{Closure, Outcome};
+use crate::metrics::{Closure, Leg, Outcome};
 use crate::protocol::{HeaderPeek, Incoming};
 use crate::upstream::UpstreamLink;
 use bytes::Bytes;
@@ -77,11 +80,16 @@ impl Timing {
 
 /// What goes back to the client for one request.
 enum Reply {
-    /// A response frame with its size prefix (built by kshim).
-    Prefixed(Bytes),
+    /// A response frame with its size prefix (built by kshim), and when it was
+    /// ready.
+    Prefixed(Bytes, Instant),
     /// A response frame without its size prefix (from the upstream), with the
-    /// bytes of the global budget it holds until written.
-    Unprefixed(Bytes, u32),
+    /// bytes of the global budget it holds until written, and when it was read
+    /// whole.
+    Unprefixed(Bytes, u32, Instant),
+    /// The last part of an upstream response passed on while it arrived, with
+    /// the same.
+    Rest(Bytes, u32, Instant),
     Close(String),
 }
 
@@ -89,8 +97,9 @@ impl Reply {
     /// Bytes it will take in the outbox.
     fn unsent_bytes(&self) -> usize {
         match self {
-            Reply::Prefixed(frame) => frame.len(),
-            Reply::Unprefixed(frame, _) => 4 + frame.len(),
+            Reply::Prefixed(frame, _) => frame.len(),
+            Reply::Unprefixed(frame, ..) => 4 + frame.len(),
+            Reply::Rest(part, ..) => part.len(),
             Reply::Close(_) => 0,
         }
     }
@@ -110,12 +119,24 @@ enum Slot {
     Later(BoxFuture<'static, Action>),
     /// Waiting for the upstream's response.
     Upstream(Then),
+    /// Its response is being passed on as it arrives (`Connection::streaming`).
+    Streaming,
 }
 
 struct Entry {
     timing: Timing,
     slot: Slot,
 }
+
+/// What the client's outbox notes of each reply: the global budget's bytes it
+/// holds until written, and its API key (for kshim's own time; none for the
+/// parts of a response before its last).
+#[derive(Clone, Copy)]
+struct Sending {
+    held: u32,
+    api_key: Option<i16>,
+}
+
 
 /// Serves one connection (a TCP stream, or a TLS stream over one).
 pub(super) async fn run<S>(
@@ -147,6 +168,7 @@ pub(super) async fn run<S>(
         last_written: Instant::now(),
         queued_held: 0,
         upstream_ended: None,
+        streaming: None,
         reading: true,
         last_activity: Instant::now(),
         timer: Box::pin(tokio::time::sleep(limits.idle_timeout)),
@@ -164,7 +186,7 @@ pub(super) async fn run<S>(
     };
     // The replies already in order go out, if the client takes them promptly.
     conn.link = None;
-    let flush = std::future::poll_fn(|cx| conn.out.poll_write(&mut conn.io, cx, |_, _| {}));
+    let flush = std::future::poll_fn(|cx| conn.out.poll_write(&mut conn.io, cx, |_, _, _| {}));
     let _ = tokio::time::timeout(FINAL_FLUSH, flush).await;
     tracing::debug!(peer = %addr, "connection closed: {reason}");
 }
@@ -173,7 +195,7 @@ struct Connection<'a, S> {
     io: S,
     frames: FrameReader,
     /// Replies for the client, written in order.
-    out: Outbox,
+    out: Outbox<Sending>,
     /// One entry per request read and not yet replied to, in arrival order.
     slots: VecDeque<Entry>,
     /// The sequence number of `slots[0]`.
@@ -207,6 +229,8 @@ struct Connection<'a, S> {
     timer: Pin<Box<Sleep>>,
     limits: &'a Limits,
     session: Session,
+    /// The upstream response being passed on while it arrives.
+    streaming: Option<Streaming>,
     /// Why the upstream connection ended. The answers it gave before it went
     /// (a broker sends its SASL failure, then closes) are delivered first; the
     /// connection closes once they are written.
@@ -231,7 +255,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             }
             let before = self.out.bytes();
             let answers = &mut self.answers;
-            let written = |held: u32, _| answers.give_back(held as usize);
+            let metrics = self.session.metrics();
+            let written = |sending: Sending, _, since: Instant| {
+                answers.give_back(sending.held as usize);
+                if let Some(api_key) = sending.api_key {
+                    metrics.own_time(api_key, Leg::Response, since.elapsed());
+                }
+            };
             match self.out.poll_write(&mut self.io, cx, written) {
                 Poll::Ready(Err(e)) => return Poll::Ready(format!("write failed: {e}")),
                 _ if self.out.bytes() != before => {
@@ -297,15 +327,50 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     Poll::Pending
                 }
             };
-            match link.poll_response(cx, |n| written += n, grant) {
-                Poll::Pending => break,
+            let metrics = self.session.metrics();
+            let sent = |n, api_key, since: Instant| {
+                written += n;
+                metrics.own_time(api_key, Leg::Request, since.elapsed());
+            };
+            match link.poll_response(cx, sent, grant) {
+                Poll::Pending => {
+                    self.pass_on_arrived(progress)?;
+                    break;
+                }
                 Poll::Ready(Err(e)) => return Err(format!("the upstream connection ended: {e}")),
                 Poll::Ready(Ok(frame)) => {
                     *progress = true;
+                    let read_at = Instant::now();
                     let Some(seq) = self.awaiting.pop_front() else {
                         return Err("an upstream response for no request".into());
                     };
                     let entry = &mut self.slots[(seq - self.front_seq) as usize];
+                    if let Some(Streaming {
+                        streamed,
+                        held,
+                        passed,
+                    }) = self.streaming.take()
+                    {
+                        // The rest of the response being passed on (the front slot's).
+                        entry.slot = match self.session.streamed_response(streamed, frame, passed) {
+                            // It came whole before any of it could be passed on.
+                            Ok(frame) if passed == 0 => ready(
+                                &mut self.ready_bytes,
+                                Reply::Unprefixed(frame, held as u32, read_at),
+                                Outcome::Forwarded,
+                            ),
+                            Ok(rest) => ready(
+                                &mut self.ready_bytes,
+                                Reply::Rest(rest, held as u32, read_at),
+                                Outcome::Forwarded,
+                            ),
+                            Err(why) => {
+                                self.answers.give_back(held);
+                                Slot::Ready(Reply::Close(why), Outcome::Forwarded)
+                            }
+                        };
+                        continue;
+                    }
                     let answered = Slot::Ready(Reply::Close(String::new()), Outcome::Forwarded);
                     let Slot::Upstream(then) = std::mem::replace(&mut entry.slot, answered) else {
                         return Err("an upstream response for a request answered already".into());
@@ -316,7 +381,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     entry.slot = match (self.session.response(then, frame), delay) {
                         (Ok(frame), None) => ready(
                             &mut self.ready_bytes,
-                            Reply::Unprefixed(frame, held as u32),
+                            Reply::Unprefixed(frame, held as u32, read_at),
                             Outcome::Forwarded,
                         ),
                         (Ok(frame), Some(delay)) => {
@@ -360,9 +425,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             self.laters -= 1;
             *progress = true;
             let counted = &mut self.ready_bytes;
+            let now = Instant::now();
             entry.slot = match action {
-                Action::Respond(frame) => ready(counted, Reply::Prefixed(frame), Outcome::Answered),
-                Action::Refused(frame) => ready(counted, Reply::Prefixed(frame), Outcome::Rejected),
+                Action::Respond(frame) => {
+                    ready(counted, Reply::Prefixed(frame, now), Outcome::Answered)
+                }
+                Action::Refused(frame) => {
+                    ready(counted, Reply::Prefixed(frame, now), Outcome::Rejected)
+                }
                 Action::Close(why) => Slot::Ready(Reply::Close(why), Outcome::Rejected),
                 other => Slot::Ready(
                     Reply::Close(format!("a deferred answer cannot be {other:?}")),
@@ -402,14 +472,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                 outcome,
                 timing.read_at.elapsed(),
             );
+            let api_key = timing.api_key;
             match reply {
-                Reply::Prefixed(frame) => {
+                Reply::Prefixed(frame, ready_at) => {
                     metrics.sent(frame.len());
-                    self.out.push_prefixed(frame, 0, timing.read_at);
+                    let sending = Sending {
+                        held: 0,
+                        api_key: Some(api_key),
+                    };
+                    self.out.push_prefixed(frame, sending, ready_at);
                 }
-                Reply::Unprefixed(frame, held) => {
+                Reply::Unprefixed(frame, held, read_at) => {
                     metrics.sent(frame.len() + 4);
-                    self.out.push_unprefixed(frame, held, timing.read_at);
+                    let sending = Sending {
+                        held,
+                        api_key: Some(api_key),
+                    };
+                    self.out.push_unprefixed(frame, sending, read_at);
+                }
+                Reply::Rest(part, held, read_at) => {
+                    metrics.sent(part.len());
+                    let sending = Sending {
+                        held,
+                        api_key: Some(api_key),
+                    };
+                    self.out.push_prefixed(part, sending, read_at);
                 }
                 Reply::Close(why) => return Some(why),
             }
@@ -501,15 +588,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             };
             let timing = Timing::of(&request.header, now);
             let counted = &mut self.ready_bytes;
-            let (slot, kept) = match self.session.request(request, now) {
-                Action::Respond(frame) => (
-                    Some(ready(counted, Reply::Prefixed(frame), Outcome::Answered)),
-                    0,
-                ),
-                Action::Refused(frame) => (
-                    Some(ready(counted, Reply::Prefixed(frame), Outcome::Rejected)),
-                    0,
-                ),
+            let action = self.session.request(request, now);
+            let answered = |frame, outcome, counted: &mut usize, metrics: &crate::metrics::Metrics| {
+                let ready_at = Instant::now();
+                metrics.own_time(timing.api_key, Leg::Request, ready_at - now);
+                (Some(ready(counted, Reply::Prefixed(frame, ready_at), outcome)), 0)
+            };
+            let metrics = self.session.metrics();
+            let (slot, kept) = match action {
+                Action::Respond(frame) => answered(frame, Outcome::Answered, counted, metrics),
+                Action::Refused(frame) => answered(frame, Outcome::Rejected, counted, metrics),
                 Action::Close(why) => (Some(Slot::Ready(Reply::Close(why), Outcome::Rejected)), 0),
                 Action::Later(answer) => {
                     self.laters += 1;
@@ -541,6 +629,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         let kept = fw.frame.len().min(size);
         link.send(
             fw.frame,
+            timing.api_key,
             fw.correlation_id,
             fw.expects_response,
             timing.read_at,
@@ -562,8 +651,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         self.reading = false;
         self.link = None;
         self.awaiting.clear();
+        if let Some(stream) = self.streaming.take() {
+            self.answers.give_back(stream.held);
+        }
         for entry in self.slots.iter_mut() {
-            if let Slot::Upstream(_) = entry.slot {
+            if let Slot::Upstream(_) | Slot::Streaming = entry.slot {
                 entry.slot = Slot::Ready(Reply::Close("peer closed".into()), Outcome::Forwarded);
             }
         }

@@ -58,9 +58,13 @@ pub enum UnknownApiKeys {
 /// (with a count of the repeats) says all of it.
 static CONNECT_FAILURES: PerCauseLimit = PerCauseLimit::new(Duration::from_secs(60));
 
-/// Outbox tags: whether a queued request waits for a response.
-const ANSWERED: u32 = 1;
-const UNANSWERED: u32 = 0;
+/// What the link notes of each queued request: whether it waits for a
+/// response, and its API key (for kshim's own-time metrics).
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    answered: bool,
+    api_key: i16,
+}
 
 enum State {
     Connecting(BoxFuture<'static, Result<(Stream, String), UpstreamError>>),
@@ -73,12 +77,18 @@ pub struct UpstreamLink {
     state: State,
     node: Option<i32>,
     target: String,
-    outbox: Outbox,
+    outbox: Outbox<Queued>,
     responses: FrameReader,
     /// Requests written (or queued) that wait for a response, in order.
     waiting: VecDeque<Waiting>,
     /// Requests queued, not yet written, that expect no response.
     unsent_unanswered: usize,
+    /// When the connection was ready for requests: a request queued before
+    /// waited for the broker, not for kshim, until then.
+    opened: Option<Instant>,
+    /// Whether part of the response being read was taken before it was whole
+    /// (its correlation id was checked then).
+    streaming: bool,
 }
 
 struct Waiting {
@@ -100,27 +110,72 @@ impl UpstreamLink {
             responses: FrameReader::new(settings.max_response_bytes),
             waiting: VecDeque::new(),
             unsent_unanswered: 0,
+            streaming: false,
+            opened: None,
         }
     }
 
-    /// Queues `frame` (without its size prefix) for the upstream; `since` is
-    /// when kshim took it from the client.
+    /// The response being read, once its size was granted and before it is
+    /// whole: its size, the offset of what arrived and was not taken yet, and
+    /// those bytes.
+    pub fn receiving(&self) -> Option<(usize, usize, &[u8])> {
+        let (size, arrived) = self.responses.receiving()?;
+        Some((size, self.responses.taken(), arrived))
+    }
+
+    /// Takes what arrived of the response being read, up to frame offset
+    /// `upto`, to pass it on before it is whole; the response `poll_response`
+    /// yields is then the rest of the frame. The first bytes taken must hold
+    /// the correlation id, which is checked then.
+    pub fn take_arrived(&mut self, upto: usize) -> Result<Option<Bytes>, UpstreamError> {
+        if !self.streaming {
+            let arrived = self.responses.receiving().map_or(0, |(_, a)| a.len());
+            if arrived.min(upto) < 4 {
+                return Ok(None);
+            }
+        }
+        let Some(piece) = self.responses.take_arrived(upto) else {
+            return Ok(None);
+        };
+        if !self.streaming {
+            self.streaming = true;
+            let expected = self.waiting.front().map(|w| w.correlation_id);
+            let got = response_correlation_id(&piece).ok();
+            if got.is_none() || got != expected {
+                let e = UpstreamError::Broken {
+                    target: self.target.clone(),
+                    reason: format!(
+                        "response correlation id {got:?} does not match request {expected:?}"
+                    ),
+                };
+                self.state = State::Ended(e.clone());
+                return Err(e);
+            }
+        }
+        Ok(Some(piece))
+    }
+
+    /// Queues `frame` (without its size prefix), a request of `api_key`, for
+    /// the upstream; `since` is when kshim took it from the client.
     pub fn send(
         &mut self,
         frame: Bytes,
+        api_key: i16,
         correlation_id: i32,
         expects_response: bool,
         since: Instant,
     ) {
-        let tag = if expects_response {
+        if expects_response {
             self.waiting.push_back(Waiting {
                 correlation_id,
                 since,
             });
-            ANSWERED
         } else {
             self.unsent_unanswered += 1;
-            UNANSWERED
+        }
+        let tag = Queued {
+            answered: expects_response,
+            api_key,
         };
         self.outbox.push_unprefixed(frame, tag, since);
     }
@@ -145,14 +200,15 @@ impl UpstreamLink {
 
     /// Connects, writes what is queued, and yields the next response (a frame
     /// without its size prefix). `sent` hears of each request frame written
-    /// whole, with its size. `grant` is asked for each response's size before
+    /// whole, with its size, its API key and when it was queued (or, queued
+    /// while the connection was being made, when it was made). `grant` is asked for each response's size before
     /// its body is buffered; while it is pending, the response waits in the
     /// socket (the broker's side of a client that does not read). An error ends
     /// the link: every later poll returns it.
     pub fn poll_response(
         &mut self,
         cx: &mut Context<'_>,
-        mut sent: impl FnMut(usize),
+        mut sent: impl FnMut(usize, i16, Instant),
         grant: impl FnMut(usize, &mut Context<'_>) -> Poll<()>,
     ) -> Poll<Result<Bytes, UpstreamError>> {
         if let State::Connecting(connecting) = &mut self.state {
@@ -161,6 +217,7 @@ impl UpstreamLink {
                 Poll::Ready(Ok((stream, target))) => {
                     self.target = target;
                     self.state = State::Open(stream);
+                    self.opened = Some(Instant::now());
                 }
                 Poll::Ready(Err(e)) => {
                     let cause = e.to_string();
@@ -187,11 +244,12 @@ impl UpstreamLink {
             reason,
         };
         let unsent_unanswered = &mut self.unsent_unanswered;
-        let written = |tag, n| {
-            if tag == UNANSWERED {
+        let opened = self.opened;
+        let written = |tag: Queued, n, since: Instant| {
+            if !tag.answered {
                 *unsent_unanswered -= 1;
             }
-            sent(n)
+            sent(n, tag.api_key, opened.map_or(since, |at| since.max(at)))
         };
         let e = match self.outbox.poll_write(stream, cx, written) {
             Poll::Ready(Err(e)) => broken(e.to_string()),
@@ -204,6 +262,7 @@ impl UpstreamLink {
                 Poll::Ready(Ok(None)) => broken("the broker closed the connection".into()),
                 Poll::Ready(Ok(Some(frame))) => match self.waiting.pop_front() {
                     None => broken("the broker sent a response nobody asked for".into()),
+                    Some(_) if std::mem::take(&mut self.streaming) => return Poll::Ready(Ok(frame)),
                     Some(w) => {
                         let got = response_correlation_id(&frame).ok();
                         if got == Some(w.correlation_id) {

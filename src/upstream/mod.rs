@@ -208,6 +208,16 @@ impl Upstream {
     /// Rewrites the broker addresses in a response frame (without its size
     /// prefix) of `api` at `version`; frames that need no change come back as they
     /// were.
+    /// The top-level tagged fields of a Fetch v16+ response, rewritten at
+    /// their length (see `protocol::rewrite::rewrite_fetch_tail`).
+    pub fn rewrite_fetch_tail(
+        &self,
+        version: i16,
+        tail: &[u8],
+    ) -> Result<Option<Vec<u8>>, crate::protocol::rewrite::RewriteError> {
+        crate::protocol::rewrite::rewrite_fetch_tail(version, tail, &self.listeners)
+    }
+
     pub fn rewrite_response(
         &self,
         api: ApiKey,

@@ -77,6 +77,10 @@ GLIBC_ARENA_SIZE = 64 << 20
 # faults decides how many there are; a leak grows past this bound.
 UPSTREAM_PER_BROKER = 4
 P99_MARGIN_MS = 2.0
+# kshim's own time per request and per response (kshim_own_time_seconds, both legs), outside
+# fault windows: what kshim itself adds, whatever the brokers and the clients wait for.
+OWN_P99_MS = 1.0
+OWN_P999_MS = 5.0
 
 
 @dataclass
@@ -431,6 +435,85 @@ class Recorder:
             getattr(self, name).append(item)
 
 
+def own_time_buckets(text: str) -> dict[str, dict[float, float]]:
+    """kshim_own_time_seconds's cumulative buckets summed over every API, per leg:
+    {leg: {upper bound in ms: count}}."""
+    legs: dict[str, dict[float, float]] = {}
+    for line in text.splitlines():
+        if not line.startswith("kshim_own_time_seconds_bucket{"):
+            continue
+        labels, value = line[len("kshim_own_time_seconds_bucket{"):].rsplit("} ", 1)
+        fields = dict(f.split("=", 1) for f in labels.split(","))
+        le = fields["le"].strip('"')
+        bound = math.inf if le == "+Inf" else float(le) * 1000
+        into = legs.setdefault(fields["leg"].strip('"'), {})
+        into[bound] = into.get(bound, 0.0) + float(value)
+    return legs
+
+
+def own_time_quantile(cumulative: dict[float, float], q: float) -> float | None:
+    """The upper bound (ms) of the bucket holding the q-quantile of a cumulative histogram."""
+    total = cumulative.get(math.inf, 0.0)
+    if total <= 0:
+        return None
+    for bound in sorted(cumulative):
+        if cumulative[bound] >= q * total:
+            return bound
+    return math.inf
+
+
+def pin_tasks(pid: int | None, cpus: set[int]) -> None:
+    """Pins every thread of `pid` to `cpus` (threads started later inherit it)."""
+    if pid is None:
+        return
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass  # the thread has ended
+
+
+class Pinning:
+    """--pin: the kshim instances on the last CPU, the brokers, the client load and this
+    driver on the others, so that kshim's own time and the added latency are not time spent
+    waiting for a core the brokers hold. Re-applied every second: restarted instances and
+    brokers (faults) get new processes."""
+
+    def __init__(self, kafka: ke.KafkaCluster, instances: list["Instance"]):
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise ke.EnvError(f"--pin needs two CPUs or more; this process may use {cpus}")
+        self.kshim_cpus, self.other_cpus = {cpus[-1]}, set(cpus[:-1])
+        self.kafka, self.instances = kafka, instances
+        self.java_pid: int | None = None
+        self.stop = threading.Event()
+        pin_tasks(os.getpid(), self.other_cpus)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def describe(self) -> str:
+        return (f"kshim on CPU {sorted(self.kshim_cpus)}, brokers, clients and the driver on CPU "
+                f"{sorted(self.other_cpus)}")
+
+    def _run(self) -> None:
+        while True:
+            for i in self.instances:
+                pin_tasks(i.kshim.pid if i.kshim.alive() else None, self.kshim_cpus)
+            for node in self.kafka.nodes:
+                pin_tasks(node.pid, self.other_cpus)
+            pin_tasks(self.java_pid, self.other_cpus)
+            if self.stop.wait(1.0):
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
 def metric_sum(text: str, name: str) -> float:
     total = 0.0
     for line in text.splitlines():
@@ -505,6 +588,7 @@ class Activity:
                             "open": metric_sum(text, "kshim_connections_open"),
                             "refused": metric_sum(text, "kshim_connections_refused_total"),
                             "heap_kib": metric_sum(text, "kshim_heap_allocated_bytes") / 1024,
+                            "own": own_time_buckets(text),
                         })
 
     def _one_connection(self, inst: Instance) -> None:
@@ -886,6 +970,31 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
          f"direct {pd if pd is None else round(pd, 2)} ms ({sum(via.values())} and {sum(direct.values())} acks; "
          f"limit +{P99_MARGIN_MS:g} ms)")
 
+    # kshim's own time: the growth of each instance's histograms between two samples of the
+    # same process, both outside fault windows.
+    own: dict[str, dict[float, float]] = {}
+    by_proc: dict[int, list[dict]] = {}
+    for m in rec.metrics:
+        by_proc.setdefault(m["pid"], []).append(m)
+    for samples in by_proc.values():
+        for a, b in zip(samples, samples[1:]):
+            if inside(a["t"], wins) or inside(b["t"], wins):
+                continue
+            for leg, buckets in b.get("own", {}).items():
+                into = own.setdefault(leg, {})
+                for bound, n in buckets.items():
+                    into[bound] = into.get(bound, 0.0) + n - a.get("own", {}).get(leg, {}).get(bound, 0.0)
+    quantiles = {leg: (own_time_quantile(h, 0.99), own_time_quantile(h, 0.999), int(h.get(math.inf, 0)))
+                 for leg, h in sorted(own.items())}
+    own_ok = set(quantiles) == {"request", "response"} and all(
+        n > 0 and p99 <= OWN_P99_MS and p999 <= OWN_P999_MS for p99, p999, n in quantiles.values())
+    hold("kshim_own_time_within_1ms_p99", own_ok,
+         "kshim_own_time_seconds outside fault windows, every API: " + "; ".join(
+             f"{leg} p99 <= {p99:g} ms, p99.9 <= {p999:g} ms ({n} observations)"
+             for leg, (p99, p999, n) in quantiles.items()) +
+         f" (limits: p99 {OWN_P99_MS:g} ms, p99.9 {OWN_P999_MS:g} ms; a quantile is its bucket's upper bound)"
+         if quantiles else "no own-time histogram was sampled")
+
     panics = {n: text.count("panicked at") for n, text in kshim_logs.items()}
     hold("no_panic", not any(panics.values()), f"'panicked at' in the kshim logs: {panics}")
     if not prof.judge_performance:
@@ -1110,7 +1219,7 @@ def run_faults(faults: Faults, planned: list, prof: Profile, t0: float) -> None:
 
 
 def report(out: Path, prof: Profile, seed: int, t0: float, rec: Recorder, inv: dict, final: dict,
-           ticks: list[dict], cpu: dict) -> dict:
+           ticks: list[dict], cpu: dict, pinned: str | None) -> dict:
     """Writes summary.json, samples.json, the plots and summary.md; returns the summary."""
     summary = {
         "acked": final.get("acked", 0), "lost": final.get("lost"), "out_of_order": final.get("out_of_order"),
@@ -1132,6 +1241,7 @@ def report(out: Path, prof: Profile, seed: int, t0: float, rec: Recorder, inv: d
                     f"{CHURN_PER_MIN} short-lived connections/min; UpdateFeatures every {UPDATE_EVERY_S:g} s",
             "Kafka": f"{RELEASE}, three combined KRaft nodes"
                      + (" (lean JVM: C1 compiler, serial collector)" if prof.lean_brokers else ""),
+            "CPUs": pinned or "not pinned (every process on every CPU)",
             "acknowledged": summary["acked"],
             "UpdateFeatures": f"{sum(1 for u in rec.updates if u['code'] == 0)} of {len(rec.updates)} succeeded",
             "CPU seconds (start to the end of the load)": ", ".join(f"{k} {v:.0f}" for k, v in cpu.items())}
@@ -1154,18 +1264,23 @@ def run(args) -> int:
     rec = Recorder()
     kafka = new_kafka(out, prof.lean_brokers)
     instances: list[Instance] = []
-    activity = java = None
+    activity = java = pinning = None
     try:
         log(f"starting three Kafka {RELEASE} brokers")
         kafka.start()
         kafka.wait_brokers_registered()
         log("starting three kshim instances")
         instances = start_instances(kafka, certs, files["trust"][0], out)
+        if args.pin:
+            pinning = Pinning(kafka, instances)
+            log(f"pinned: {pinning.describe()}")
         fill_tls_session_caches(instances, certs)
         time.sleep(12)  # as before the sample after the load (below)
         broker_ports = {ke.split_hostport(b)[1] for b in kafka.bootstrap.split(",")}
         idle_before = idle_sample(instances, broker_ports)
         java, t0 = start_load(prof, args.quick, kafka, instances, certs, out)
+        if pinning is not None:
+            pinning.java_pid = java.proc.pid
         log("client load running")
         activity = Activity(instances, certs, rec, seed)
         activity.start()
@@ -1211,7 +1326,7 @@ def run(args) -> int:
             "idle_after": idle_after}))
         inv = evaluate(rec, ticks, errors, final, prof, t0, planned, {i.name: i.kshim.log_text() for i in instances},
                        idle_before, idle_after)
-        report(out, prof, seed, t0, rec, inv, final, ticks, cpu)
+        report(out, prof, seed, t0, rec, inv, final, ticks, cpu, pinning.describe() if pinning else None)
         held = decided(inv)
         for name, v in inv.items():
             log(f"{'held  ' if v['held'] else 'not held (advisory)' if v.get('advisory') else 'BROKEN'} "
@@ -1219,6 +1334,8 @@ def run(args) -> int:
         log(f"report: {out / 'summary.md'} ({'every invariant held' if held else 'an invariant did not hold'})")
         return 0 if held else 1
     finally:
+        if pinning is not None:
+            pinning.close()
         if activity is not None:
             activity.close()
         if java is not None and java.alive():
@@ -1240,6 +1357,8 @@ def main() -> int:
     ap.add_argument("--mbps", type=float, help="bulk load in MiB/s (default 5; 0.125 with --quick)")
     ap.add_argument("--lean-brokers", action="store_true",
                     help="brokers with the C1 compiler and the serial collector, half the CPU (always with --quick)")
+    ap.add_argument("--pin", action="store_true",
+                    help="kshim on the last CPU, the brokers, the clients and this driver on the others")
     ap.add_argument("--seed", type=int, help="the fault schedule's seed (default: random, printed)")
     ap.add_argument("--out", help="the report directory (default: a new temporary directory)")
     args = ap.parse_args()

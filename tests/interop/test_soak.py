@@ -23,7 +23,8 @@ KINDS = {"kshim_kill", "writer_pause", "broker_roll", "state_leader_stop", "cert
          "truststore_change", "client_flood"}
 INVARIANTS = {"faults_ran", "no_acknowledged_record_lost", "per_key_order", "features_converge_after_faults",
               "feature_epochs_never_go_back", "memory_and_descriptors_flat",
-              "healthy_clients_served_outside_faults", "ack_p99_within_2ms_of_direct", "no_panic"}
+              "healthy_clients_served_outside_faults", "ack_p99_within_2ms_of_direct",
+              "kshim_own_time_within_1ms_p99", "no_panic"}
 PLOTS = ["throughput.png", "latency.png", "memory.png", "descriptors.png", "connections.png", "epochs.png"]
 
 

@@ -9,8 +9,8 @@
 
 use super::walk::{Stop, Walk};
 
-const NODE_ENDPOINTS_SINCE: i16 = 16;
-const NODE_ENDPOINTS_TAG: u32 = 0;
+pub(super) const NODE_ENDPOINTS_SINCE: i16 = 16;
+pub(super) const NODE_ENDPOINTS_TAG: u32 = 0;
 
 /// TopicId, Partitions, tags.
 const MIN_TOPIC: usize = 16 + 1 + 1;
@@ -199,6 +199,72 @@ mod tests {
             .with_port(9092)];
         for version in NODE_ENDPOINTS_SINCE..=18 {
             assert_rewrites(API, version, &response, expect);
+        }
+    }
+
+    /// A frame passed on while it arrives, in random pieces: the scanner never
+    /// lets the top-level tagged fields go early, finds where they start, and
+    /// the rewritten section keeps the frame's length, with NodeEndpoints
+    /// rewritten, or left out where the new addresses would not fit.
+    #[test]
+    fn streamed_answers_keep_their_length_and_read_as_kafka_reads_them() {
+        use crate::protocol::rewrite::{rewrite_fetch_tail, FetchTailScanner};
+        let mut rng = rng(20);
+        let (mut kept, mut dropped) = (0, 0);
+        for version in NODE_ENDPOINTS_SINCE..=18 {
+            for _ in 0..150 {
+                let endpoints = rng.gen_bool(0.8);
+                let response = random_response(&mut rng, version, endpoints);
+                let body = encode(&response, version);
+                // Response header v1: correlation id, no tagged fields.
+                let mut frame = vec![0, 0, 0, 7, 0];
+                frame.extend_from_slice(&body);
+                let mut scanner = FetchTailScanner::default();
+                let (mut taken, mut arrived) = (0, 0);
+                while arrived < frame.len() {
+                    arrived = (arrived + rng.gen_range(1..40)).min(frame.len());
+                    let upto = scanner.feed(&frame[taken..arrived], taken).unwrap();
+                    taken = taken.max(upto.min(arrived));
+                }
+                let tail_at = scanner.tail().expect("the tail is found");
+                assert!(taken <= tail_at);
+                let book = TestBook::default();
+                let tail = &frame[tail_at..];
+                let new_body = match rewrite_fetch_tail(version, tail, &book).unwrap() {
+                    None => Bytes::copy_from_slice(&frame[5..]),
+                    Some(new_tail) => {
+                        assert_eq!(new_tail.len(), tail.len());
+                        let mut out = frame[5..tail_at].to_vec();
+                        out.extend_from_slice(&new_tail);
+                        Bytes::from(out)
+                    }
+                };
+                let mut got: FetchResponse = decode(&new_body, version);
+                got.unknown_tagged_fields.remove(&127);
+                let mut expected: FetchResponse = decode(&body, version);
+                expect(&mut expected, &mut Expected::default());
+                if got.node_endpoints.is_empty() && !expected.node_endpoints.is_empty() {
+                    expected.node_endpoints.clear();
+                    dropped += 1;
+                } else if !expected.node_endpoints.is_empty() {
+                    kept += 1;
+                }
+                assert_eq!(got, expected, "v{version}");
+            }
+        }
+        // Both ways are taken: hosts shorter and longer than kshim's.
+        assert!(kept > 20 && dropped > 20, "kept {kept}, dropped {dropped}");
+    }
+
+    #[test]
+    fn a_streamed_scan_survives_any_bytes() {
+        use crate::protocol::rewrite::FetchTailScanner;
+        let mut rng = rng(21);
+        for _ in 0..2000 {
+            let len = rng.gen_range(0..200);
+            let bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            let mut scanner = FetchTailScanner::default();
+            let _ = scanner.feed(&bytes, 0);
         }
     }
 

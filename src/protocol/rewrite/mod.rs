@@ -9,6 +9,7 @@
 
 mod describe_cluster;
 mod fetch;
+mod fetch_stream;
 mod find_coordinator;
 mod metadata;
 mod produce;
@@ -20,6 +21,7 @@ mod walk;
 use crate::protocol::CodecError;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
+pub use fetch_stream::{rewrite_tail as rewrite_fetch_tail, TailScanner as FetchTailScanner};
 use walk::{Stop, Walk};
 
 /// Where clients must go for a broker the upstream reported.
@@ -118,14 +120,7 @@ pub fn rewrite_body(
         return Err(RewriteError::UnknownVersion { api, version });
     }
     let mut walk = Walk::new(body, version >= layout.first_flexible, book);
-    (layout.walk)(version, &mut walk).map_err(|stop| match stop {
-        Stop::Malformed(source) => RewriteError::Malformed {
-            api,
-            version,
-            source,
-        },
-        Stop::NoAddress { node_id, reason } => RewriteError::NoAddress { node_id, reason },
-    })?;
+    (layout.walk)(version, &mut walk).map_err(|stop| stop.into_error(api, version))?;
     Ok(walk.into_body().map(Bytes::from))
 }
 

@@ -4,7 +4,8 @@
 //! model (and future tagged fields) reach the client exactly as the upstream sent
 //! them.
 
-use super::AddressBook;
+use super::{AddressBook, RewriteError};
+use kafka_protocol::messages::ApiKey;
 use crate::protocol::wire::{put_compact_string, put_uvarint};
 use crate::protocol::{CodecError, Reader};
 use std::ops::Range;
@@ -14,6 +15,20 @@ use std::ops::Range;
 pub(super) enum Stop {
     Malformed(CodecError),
     NoAddress { node_id: i32, reason: String },
+}
+
+impl Stop {
+    /// What a rewrite of `api` at `version` that stopped here reports.
+    pub(super) fn into_error(self, api: ApiKey, version: i16) -> RewriteError {
+        match self {
+            Stop::Malformed(source) => RewriteError::Malformed {
+                api,
+                version,
+                source,
+            },
+            Stop::NoAddress { node_id, reason } => RewriteError::NoAddress { node_id, reason },
+        }
+    }
 }
 
 impl From<CodecError> for Stop {
@@ -79,6 +94,11 @@ impl<'a> Walk<'a> {
             book,
             splices: Vec::new(),
         }
+    }
+
+    /// Bytes of the body read so far.
+    pub(super) fn position(&self) -> usize {
+        self.reader.position()
     }
 
     pub(super) fn flexible(&self) -> bool {
