@@ -209,8 +209,11 @@ pub(crate) fn trusted(
     Ok((roots, certs))
 }
 
-/// The crypto provider with the cipher suites asked for, and the protocol
-/// versions asked for.
+/// The crypto provider with the cipher suites asked for, in the order given,
+/// and the protocol versions asked for. Without a list, every suite of the
+/// provider, AES-128-GCM first: 10 AES rounds per block where AES-256 takes
+/// 14, so less CPU per byte forwarded (docs/performance.md), and both beyond
+/// reach of any known attack.
 pub(crate) fn provider_and_versions(
     section: &str,
     protocols: &Protocols,
@@ -238,6 +241,10 @@ pub(crate) fn provider_and_versions(
             }
         }
         provider.cipher_suites = chosen;
+    } else {
+        provider
+            .cipher_suites
+            .sort_by_key(|s| !format!("{:?}", s.suite()).contains("AES_128_GCM"));
     }
     let names: Vec<&str> = if protocols.versions.is_empty() {
         PROTOCOLS.to_vec()
