@@ -100,9 +100,10 @@ class Profile:
     grace_s: float  # after a fault heals, clients may still be recovering for this long
     gap_s: float  # at least this long between one fault's healing and the next fault
     back_to_back: bool = False  # each fault as soon as the last one healed, the longest kinds first
-    # Whether the ack p99 against direct decides the outcome: it needs a machine that is not
-    # saturated, and a three-minute run beside other work (the test command) cannot tell 2 ms
-    # from noise. There it is reported as advisory.
+    # Whether the latency invariants (the ack p99 against direct, kshim's own time) decide the
+    # outcome: they need a machine that is not saturated, and a three-minute run beside other
+    # work (the test command) cannot tell 1-2 ms from waiting for a core. There they are
+    # reported as advisory.
     judge_performance: bool = True
     lean_brokers: bool = False  # the brokers' JVM: C1 and the serial collector (see new_kafka)
 
@@ -1003,8 +1004,10 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
     return inv
 
 
-# Invariants reported but not deciding a --quick run (see Profile.judge_performance).
-ADVISORY_IN_QUICK = ("ack_p99_within_2ms_of_direct",)
+# Invariants reported but not deciding a --quick run (see Profile.judge_performance): the test
+# command runs it beside the interop tests, where every process waits for one of two cores and
+# kshim's own time is mostly that wait (p99 5-10 ms there, 1 ms alone on the machine).
+ADVISORY_IN_QUICK = ("ack_p99_within_2ms_of_direct", "kshim_own_time_within_1ms_p99")
 
 
 def decided(inv: dict) -> bool:
