@@ -152,8 +152,10 @@ rm -rf "$SOAK_DIR"
 mkdir -p "$SOAK_DIR"
 step "the soak's quick run: started in the background (log: build/test-times/soak/log)"
 set -m
-( timeout 900 bash scripts/soak.sh --quick --out "$SOAK_DIR/report" \
-    >"$SOAK_DIR/log" 2>&1; echo $? >"$SOAK_DIR/exit" ) &
+# The subshell inherits `set -e`: its status is taken with `||`, so that a soak that fails
+# still writes it (test_soak.py then reports the broken invariant, not a soak that never ended).
+( soak_rc=0; timeout 900 bash scripts/soak.sh --quick --out "$SOAK_DIR/report" \
+    >"$SOAK_DIR/log" 2>&1 || soak_rc=$?; echo "$soak_rc" >"$SOAK_DIR/exit" ) &
 SOAK_PID=$!
 set +m
 export KSHIM_SOAK_RUN="$SOAK_DIR"
