@@ -1317,6 +1317,14 @@ def run(args) -> int:
             # of a memory invariant that did not hold.
             if i.kshim.alive():
                 shutil.copyfile(f"/proc/{i.kshim.pid}/smaps", out / f"smaps-{i.name}-idle-after.txt")
+                # And what each descriptor is, for a descriptor count that did not come back.
+                try:
+                    fds = sorted(os.listdir(f"/proc/{i.kshim.pid}/fd"), key=int)
+                    (out / f"fds-{i.name}-idle-after.txt").write_text("".join(
+                        f"{fd} {os.readlink(f'/proc/{i.kshim.pid}/fd/{fd}')}\n" for fd in fds))
+                    shutil.copyfile(f"/proc/{i.kshim.pid}/net/tcp", out / f"tcp-{i.name}-idle-after.txt")
+                except OSError:
+                    pass
         ticks, errors, final = read_java(java.stdout_path)
         if not final:
             raise ke.EnvError(f"the client load ended without its final line (rc {res.rc})\n{res.stderr[-3000:]}")
