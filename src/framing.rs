@@ -379,7 +379,10 @@ mod tests {
         let grant = |_: usize, _: &mut Context<'_>| Poll::Ready(());
         a.write_all(&[0, 0, 0, 10, 1, 2, 3]).await.unwrap();
         assert!(reader.poll_frame(&mut b, &mut cx(), grant).is_pending());
-        assert_eq!(reader.receiving().map(|(n, got)| (n, got.len())), Some((10, 3)));
+        assert_eq!(
+            reader.receiving().map(|(n, got)| (n, got.len())),
+            Some((10, 3))
+        );
         // Up to offset 2, then what arrived; never the frame's last byte.
         assert_eq!(&reader.take_arrived(2).unwrap()[..], &[1, 2]);
         assert_eq!(&reader.take_arrived(usize::MAX).unwrap()[..], &[3]);
@@ -448,7 +451,9 @@ mod tests {
                 .unwrap();
             seen.extend_from_slice(&chunk[..n]);
         }
-        assert!(outbox.poll_write(&mut a, &mut cx(), |_, _, _| {}).is_ready());
+        assert!(outbox
+            .poll_write(&mut a, &mut cx(), |_, _, _| {})
+            .is_ready());
         let mut rest = [0u8; 64];
         drop(a);
         let n = tokio::io::AsyncReadExt::read(&mut b, &mut rest)

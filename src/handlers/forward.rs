@@ -58,9 +58,7 @@ impl Then {
         let tail = match self.after {
             _ if self.delay.is_some() => return Err(self),
             AfterResponse::PassOn => None,
-            AfterResponse::RewriteAddresses if fetch && self.version < FETCH_NODE_ENDPOINTS => {
-                None
-            }
+            AfterResponse::RewriteAddresses if fetch && self.version < FETCH_NODE_ENDPOINTS => None,
             AfterResponse::RewriteAddresses if fetch => Some(FetchTailScanner::default()),
             _ => return Err(self),
         };

@@ -85,7 +85,9 @@ fn take(class: usize) -> Option<*mut u8> {
         return None;
     }
     let mut kept = lock();
-    let i = kept.blocks[..kept.len].iter().position(|&(_, c)| c == class)?;
+    let i = kept.blocks[..kept.len]
+        .iter()
+        .position(|&(_, c)| c == class)?;
     let (address, _) = kept.blocks[i];
     kept.len -= 1;
     kept.blocks[i] = kept.blocks[kept.len];

@@ -199,8 +199,7 @@ const BUCKETS_MICROS: [u64; 16] = [
 /// 1 s): a request that costs kshim microseconds must not vanish into the
 /// first bucket of the end-to-end histogram.
 const OWN_BUCKETS_MICROS: [u64; 15] = [
-    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 250_000,
-    1_000_000,
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 250_000, 1_000_000,
 ];
 
 /// A latency histogram: cumulative only when rendered, so that an observation

@@ -28,9 +28,6 @@ use super::budget::Reservation;
 use super::Limits;
 use crate::framing::{FrameReader, Outbox};
 use crate::handlers::forward::{Forward, Then};
-use streaming::Streaming;
-
-mod streaming;
 use crate::handlers::session::Session;
 use crate::handlers::{Action, Context, Peer};
 use crate::metrics::{Closure, Leg, Outcome};
@@ -47,6 +44,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Sleep;
+
+mod streaming;
+use streaming::Streaming;
 
 /// Bytes queued for the upstream and not yet written above which no further
 /// frame is read from the client.
@@ -136,7 +136,6 @@ struct Sending {
     held: u32,
     api_key: Option<i16>,
 }
-
 
 /// Serves one connection (a TCP stream, or a TLS stream over one).
 pub(super) async fn run<S>(
@@ -589,11 +588,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             let timing = Timing::of(&request.header, now);
             let counted = &mut self.ready_bytes;
             let action = self.session.request(request, now);
-            let answered = |frame, outcome, counted: &mut usize, metrics: &crate::metrics::Metrics| {
-                let ready_at = Instant::now();
-                metrics.own_time(timing.api_key, Leg::Request, ready_at - now);
-                (Some(ready(counted, Reply::Prefixed(frame, ready_at), outcome)), 0)
-            };
+            let answered =
+                |frame, outcome, counted: &mut usize, metrics: &crate::metrics::Metrics| {
+                    let ready_at = Instant::now();
+                    metrics.own_time(timing.api_key, Leg::Request, ready_at - now);
+                    (
+                        Some(ready(counted, Reply::Prefixed(frame, ready_at), outcome)),
+                        0,
+                    )
+                };
             let metrics = self.session.metrics();
             let (slot, kept) = match action {
                 Action::Respond(frame) => answered(frame, Outcome::Answered, counted, metrics),

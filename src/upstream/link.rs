@@ -262,7 +262,9 @@ impl UpstreamLink {
                 Poll::Ready(Ok(None)) => broken("the broker closed the connection".into()),
                 Poll::Ready(Ok(Some(frame))) => match self.waiting.pop_front() {
                     None => broken("the broker sent a response nobody asked for".into()),
-                    Some(_) if std::mem::take(&mut self.streaming) => return Poll::Ready(Ok(frame)),
+                    Some(_) if std::mem::take(&mut self.streaming) => {
+                        return Poll::Ready(Ok(frame))
+                    }
                     Some(w) => {
                         let got = response_correlation_id(&frame).ok();
                         if got == Some(w.correlation_id) {

@@ -20,8 +20,8 @@ mod walk;
 
 use crate::protocol::CodecError;
 use bytes::Bytes;
-use kafka_protocol::messages::ApiKey;
 pub use fetch_stream::{rewrite_tail as rewrite_fetch_tail, TailScanner as FetchTailScanner};
+use kafka_protocol::messages::ApiKey;
 use walk::{Stop, Walk};
 
 /// Where clients must go for a broker the upstream reported.

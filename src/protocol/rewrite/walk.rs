@@ -5,9 +5,9 @@
 //! them.
 
 use super::{AddressBook, RewriteError};
-use kafka_protocol::messages::ApiKey;
 use crate::protocol::wire::{put_compact_string, put_uvarint};
 use crate::protocol::{CodecError, Reader};
+use kafka_protocol::messages::ApiKey;
 use std::ops::Range;
 
 /// Why a walk stopped early.
