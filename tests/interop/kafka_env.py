@@ -1631,18 +1631,26 @@ class MockCluster:
 
 class ConnectionSampler:
     """Samples, every `interval` seconds in a thread, the client ends of established
-    connections to `ports` (a server that does not log its accepts, like the mock cluster)."""
+    connections to `ports` (a server that does not log its accepts, like the mock cluster).
+    `own_inodes`, if given, names the sockets of a process whose connections are expected
+    (the mock's own client); it is asked when a connection is first seen, since such a
+    connection may be gone by the time the test looks."""
 
-    def __init__(self, ports: set[int], interval: float = 0.02):
+    def __init__(self, ports: set[int], interval: float = 0.02, own_inodes=None):
         self.ports = set(ports)
         self.interval = interval
+        self.own_inodes = own_inodes
         self.seen: dict[tuple[int, int], str] = {}
+        self.owned: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for lport, rport, inode in established_to(self.ports):
+            new = [c for c in established_to(self.ports) if (c[0], c[1]) not in self.seen]
+            if new and self.own_inodes is not None:
+                self.owned |= self.own_inodes() & {inode for _, _, inode in new}
+            for lport, rport, inode in new:
                 self.seen.setdefault((lport, rport), inode)
             self._stop.wait(self.interval)
 

@@ -848,7 +848,7 @@ class MockGuard:
     def __init__(self, mock: ke.MockCluster, kshim: ke.KshimProcess | None):
         self.mock = mock
         self.kshims = [kshim] if kshim else []
-        self.sampler = ke.ConnectionSampler(mock.ports)
+        self.sampler = ke.ConnectionSampler(mock.ports, own_inodes=mock.own_socket_inodes)
         self.checked = False
 
     def __enter__(self) -> "MockGuard":
@@ -863,7 +863,7 @@ class MockGuard:
         # One more sample, taken here; kshim's log catching up is waited for below.
         for lport, rport, inode in ke.established_to(self.sampler.ports):
             seen.setdefault((lport, rport), inode)
-        own = self.mock.own_socket_inodes()
+        own = self.mock.own_socket_inodes() | self.sampler.owned
         deadline = time.monotonic() + 3
         while True:
             kshim_ports = set().union(*(k.upstream_local_ports() for k in self.kshims))
