@@ -75,8 +75,13 @@ const EVERY_NODE: u8 = 0x80;
 struct EveryNode;
 
 impl AddressBook for EveryNode {
-    fn client_address(&self, node_id: i32, _: &str, _: i32) -> Result<(String, i32), String> {
-        Ok(("fuzz.test".to_owned(), 30_000i32.wrapping_add(node_id)))
+    fn client_address(
+        &self,
+        node_id: i32,
+        _: &str,
+        _: i32,
+    ) -> Result<(std::sync::Arc<str>, i32), String> {
+        Ok(("fuzz.test".into(), 30_000i32.wrapping_add(node_id)))
     }
 }
 

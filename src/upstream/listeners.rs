@@ -19,9 +19,10 @@
 
 use super::sni::ServerNames;
 use crate::protocol::rewrite::AddressBook;
-use std::collections::BTreeMap;
+use arc_swap::ArcSwap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::TcpListener;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
@@ -133,10 +134,25 @@ pub struct BoundListener {
     pub closed: watch::Receiver<bool>,
 }
 
+/// What a rewrite needs of a broker kshim serves now: where the upstream has it,
+/// and what clients are told instead.
+struct Served {
+    /// As `NodeListener::upstream`.
+    upstream: String,
+    host: Arc<str>,
+    port: u16,
+}
+
 /// The per-broker listeners and the upstream address behind each.
 pub struct Listeners {
     layout: ListenerLayout,
     nodes: Mutex<BTreeMap<i32, NodeListener>>,
+    /// The brokers served now (not gone), republished under the lock whenever
+    /// `nodes` changes, so that rewriting a response that names known brokers at
+    /// their known addresses takes no lock and allocates nothing.
+    served: ArcSwap<HashMap<i32, Served>>,
+    /// The host clients are told, without `sni_host`.
+    advertised: Arc<str>,
     bound: mpsc::UnboundedSender<BoundListener>,
 }
 
@@ -144,10 +160,36 @@ impl Listeners {
     /// `bound` receives every listener this set binds.
     pub fn new(layout: ListenerLayout, bound: mpsc::UnboundedSender<BoundListener>) -> Self {
         Listeners {
+            advertised: Arc::from(layout.advertised_host.as_str()),
             layout,
             nodes: Mutex::new(BTreeMap::new()),
+            served: ArcSwap::default(),
             bound,
         }
+    }
+
+    /// Republishes the brokers served now, from `nodes` (held locked).
+    fn publish(&self, nodes: &BTreeMap<i32, NodeListener>) {
+        let served = nodes
+            .iter()
+            .filter(|(_, n)| n.gone_since.is_none())
+            .map(|(&id, n)| {
+                let host = match &self.layout.server_names {
+                    Some(names) => Arc::from(names.host_of(id)),
+                    None => Arc::clone(&self.advertised),
+                };
+                let upstream = n.upstream.clone();
+                (
+                    id,
+                    Served {
+                        upstream,
+                        host,
+                        port: n.port,
+                    },
+                )
+            })
+            .collect();
+        self.served.store(Arc::new(served));
     }
 
     /// The upstream address of `node_id`, if known.
@@ -165,8 +207,10 @@ impl Listeners {
     pub fn ensure(&self, node_id: i32, upstream: &str) -> Result<u16, String> {
         let mut nodes = self.lock();
         if let Some(n) = nodes.get_mut(&node_id) {
-            n.gone_since = None;
-            if n.upstream != upstream {
+            let port = n.port;
+            let returned = n.gone_since.take().is_some();
+            let moved = n.upstream != upstream;
+            if moved {
                 tracing::info!(
                     node = node_id,
                     "broker {node_id} moved from {} to {upstream}",
@@ -175,7 +219,10 @@ impl Listeners {
                 n.upstream = upstream.to_owned();
                 n.generation.send_modify(|g| *g += 1);
             }
-            return Ok(n.port);
+            if returned || moved {
+                self.publish(&nodes);
+            }
+            return Ok(port);
         }
         if nodes.len() >= self.layout.max_brokers {
             return Err(format!(
@@ -208,6 +255,7 @@ impl Listeners {
                 close,
             },
         );
+        self.publish(&nodes);
         Ok(port)
     }
 
@@ -248,9 +296,11 @@ impl Listeners {
     /// Its listener stays for the grace period, so that clients holding old
     /// metadata reach kshim and are closed again until the broker returns.
     pub fn retire(&self, node_id: i32) {
-        if let Some(n) = self.lock().get_mut(&node_id) {
+        let mut nodes = self.lock();
+        if let Some(n) = nodes.get_mut(&node_id) {
             n.generation.send_modify(|g| *g += 1);
             n.gone_since.get_or_insert_with(Instant::now);
+            self.publish(&nodes);
         }
     }
 
@@ -268,6 +318,9 @@ impl Listeners {
             if let Some(n) = nodes.remove(id) {
                 let _ = n.close.send(true);
             }
+        }
+        if !expired.is_empty() {
+            self.publish(&nodes);
         }
         expired
     }
@@ -317,15 +370,42 @@ impl AddressBook for Listeners {
         node_id: i32,
         upstream_host: &str,
         upstream_port: i32,
-    ) -> Result<(String, i32), String> {
+    ) -> Result<(Arc<str>, i32), String> {
+        if let Some(known) = self.served.load().get(&node_id) {
+            if is_host_port(&known.upstream, upstream_host, upstream_port) {
+                return Ok((Arc::clone(&known.host), i32::from(known.port)));
+            }
+        }
         let upstream = super::cluster::host_port(upstream_host, upstream_port);
         let port = self.ensure(node_id, &upstream)?;
         let host = match &self.layout.server_names {
-            Some(names) => names.host_of(node_id),
-            None => self.layout.advertised_host.clone(),
+            Some(names) => Arc::from(names.host_of(node_id)),
+            None => Arc::clone(&self.advertised),
         };
         Ok((host, i32::from(port)))
     }
+}
+
+/// Whether `address` is what `cluster::host_port(host, port)` makes of them, without
+/// making it.
+fn is_host_port(address: &str, host: &str, port: i32) -> bool {
+    use std::io::Write;
+    let rest = if host.contains(':') && !host.starts_with('[') {
+        address
+            .strip_prefix('[')
+            .and_then(|a| a.strip_prefix(host))
+            .and_then(|a| a.strip_prefix("]:"))
+    } else {
+        address.strip_prefix(host).and_then(|a| a.strip_prefix(':'))
+    };
+    let mut digits = [0u8; 11];
+    let written = {
+        let mut cursor = &mut digits[..];
+        // "-2147483648" is the longest i32: it fits.
+        let _ = write!(cursor, "{port}");
+        11 - cursor.len()
+    };
+    rest.is_some_and(|r| r.as_bytes() == &digits[..written])
 }
 
 #[cfg(test)]
@@ -347,6 +427,23 @@ mod tests {
     }
 
     #[test]
+    fn an_address_is_compared_as_host_port_writes_it() {
+        for (host, port) in [
+            ("b1.example", 9092),
+            ("::1", 19092),
+            ("[::1]", 1),
+            ("h", -1),
+        ] {
+            let address = crate::upstream::cluster::host_port(host, port);
+            assert!(is_host_port(&address, host, port), "{address}");
+            assert!(!is_host_port(&address, host, port + 1), "{address}");
+            assert!(!is_host_port(&address, "other", port), "{address}");
+        }
+        assert!(!is_host_port("b1.example:09092", "b1.example", 9092));
+        assert!(!is_host_port("b1.example", "b1.example", 9092));
+    }
+
+    #[test]
     fn ports_follow_the_node_id_unless_overridden() {
         let l = layout(20000);
         assert_eq!(l.port_for(3), Ok(20003));
@@ -363,7 +460,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let listeners = Listeners::new(layout(0), tx);
         let (host, port) = listeners.client_address(1, "10.0.0.1", 9092).unwrap();
-        assert_eq!(host, "kshim.example");
+        assert_eq!(&*host, "kshim.example");
         assert!(port > 0);
         let bound = rx.try_recv().unwrap();
         assert_eq!(bound.node_id, 1);
@@ -432,7 +529,7 @@ mod tests {
         );
         assert_eq!(
             listeners.client_address(1, "10.0.0.1", 9092).unwrap(),
-            ("b-1.kafka.test".to_owned(), 9093)
+            ("b-1.kafka.test".into(), 9093)
         );
         assert!(rx.try_recv().is_err(), "nothing bound");
         assert_eq!(

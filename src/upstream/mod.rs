@@ -34,7 +34,7 @@ pub enum UpstreamError {
     Protocol { target: String, reason: String },
 }
 
-use crate::protocol::response::{response_body_offset, with_new_body};
+use crate::protocol::response::response_body_offset;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -230,10 +230,13 @@ impl Upstream {
             source,
         };
         let header_len = response_body_offset(api, version, &frame).map_err(malformed)?;
-        let body = frame.slice(header_len..);
-        match crate::protocol::rewrite::rewrite_body(api, version, &body, &self.listeners)? {
-            None => Ok(frame),
-            Some(new_body) => Ok(with_new_body(&frame, header_len, &new_body)),
-        }
+        let rewritten = crate::protocol::rewrite::rewrite_frame(
+            api,
+            version,
+            &frame,
+            header_len,
+            &self.listeners,
+        )?;
+        Ok(rewritten.unwrap_or(frame))
     }
 }

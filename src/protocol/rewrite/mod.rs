@@ -34,7 +34,7 @@ pub trait AddressBook {
         node_id: i32,
         upstream_host: &str,
         upstream_port: i32,
-    ) -> Result<(String, i32), String>;
+    ) -> Result<(std::sync::Arc<str>, i32), String>;
 }
 
 /// Why a response could not be rewritten. It must not be forwarded as it is.
@@ -112,6 +112,19 @@ pub fn rewrite_body(
     body: &Bytes,
     book: &dyn AddressBook,
 ) -> Result<Option<Bytes>, RewriteError> {
+    rewrite_frame(api, version, body, 0, book)
+}
+
+/// Rewrites the body of a response `frame` (without its size prefix) that starts at
+/// `body_offset`, and returns the whole new frame: header and body copied once, into
+/// one block. Ok(None) when nothing needed changing.
+pub fn rewrite_frame(
+    api: ApiKey,
+    version: i16,
+    frame: &[u8],
+    body_offset: usize,
+    book: &dyn AddressBook,
+) -> Result<Option<Bytes>, RewriteError> {
     let Some(layout) = layout(api) else {
         return Ok(None);
     };
@@ -119,9 +132,10 @@ pub fn rewrite_body(
     if !(min..=max).contains(&version) {
         return Err(RewriteError::UnknownVersion { api, version });
     }
+    let (head, body) = frame.split_at(body_offset.min(frame.len()));
     let mut walk = Walk::new(body, version >= layout.first_flexible, book);
     (layout.walk)(version, &mut walk).map_err(|stop| stop.into_error(api, version))?;
-    Ok(walk.into_body().map(Bytes::from))
+    Ok(walk.into_spliced(head).map(Bytes::from))
 }
 
 #[cfg(test)]

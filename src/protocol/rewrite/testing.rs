@@ -56,16 +56,16 @@ impl AddressBook for TestBook {
         node_id: i32,
         upstream_host: &str,
         upstream_port: i32,
-    ) -> Result<(String, i32), String> {
+    ) -> Result<(std::sync::Arc<str>, i32), String> {
         self.asked.borrow_mut().push(node_id);
         if self.refuse == Some(node_id) {
             return Err("no listener left".to_owned());
         }
         if self.identity {
-            return Ok((upstream_host.to_owned(), upstream_port));
+            return Ok((upstream_host.into(), upstream_port));
         }
-        let host = self.host.clone().unwrap_or_else(|| CLIENT_HOST.to_owned());
-        Ok((host, client_port(node_id)))
+        let host = self.host.as_deref().unwrap_or(CLIENT_HOST);
+        Ok((host.into(), client_port(node_id)))
     }
 }
 

@@ -37,10 +37,10 @@ impl From<CodecError> for Stop {
     }
 }
 
-/// Bytes that replace `span` of the walked body.
+/// Replaces `span` of the walked body with `bytes` of the walk's `added`.
 struct Splice {
     span: Range<usize>,
-    bytes: Vec<u8>,
+    bytes: Range<usize>,
 }
 
 /// Minimum encoded sizes, so `Reader::array_len` can refuse counts the body
@@ -83,6 +83,9 @@ pub(super) struct Walk<'a> {
     flexible: bool,
     book: &'a dyn AddressBook,
     splices: Vec<Splice>,
+    /// The replacement bytes of every splice, one after the other: one block
+    /// however many brokers a response names.
+    added: Vec<u8>,
 }
 
 impl<'a> Walk<'a> {
@@ -93,6 +96,7 @@ impl<'a> Walk<'a> {
             flexible,
             book,
             splices: Vec::new(),
+            added: Vec::new(),
         }
     }
 
@@ -177,7 +181,7 @@ impl<'a> Walk<'a> {
             .book
             .client_address(node_id, host, port)
             .map_err(|reason| Stop::NoAddress { node_id, reason })?;
-        if new_host == host && new_port == port {
+        if &*new_host == host && new_port == port {
             return Ok(());
         }
         if new_host.len() > MAX_HOST_BYTES {
@@ -189,17 +193,16 @@ impl<'a> Walk<'a> {
                 ),
             });
         }
-        let mut bytes = Vec::with_capacity(new_host.len() + 8);
-        if self.flexible {
-            put_compact_string(&mut bytes, &new_host);
-        } else {
-            bytes.extend_from_slice(&(new_host.len() as i16).to_be_bytes());
-            bytes.extend_from_slice(new_host.as_bytes());
-        }
-        bytes.extend_from_slice(&new_port.to_be_bytes());
-        self.splices.push(Splice {
-            span: start..self.reader.position(),
-            bytes,
+        let span = start..self.reader.position();
+        let flexible = self.flexible;
+        self.splice(span, |out| {
+            if flexible {
+                put_compact_string(out, &new_host);
+            } else {
+                out.extend_from_slice(&(new_host.len() as i16).to_be_bytes());
+                out.extend_from_slice(new_host.as_bytes());
+            }
+            out.extend_from_slice(&new_port.to_be_bytes());
         });
         Ok(())
     }
@@ -215,9 +218,8 @@ impl<'a> Walk<'a> {
     pub(super) fn settle_controller(&mut self, controller: ControllerId, broker_ids: &[i32]) {
         let reachable = reachable_controller(controller.value, broker_ids);
         if reachable != controller.value {
-            self.splices.push(Splice {
-                span: controller.at..controller.at + 4,
-                bytes: reachable.to_be_bytes().to_vec(),
+            self.splice(controller.at..controller.at + 4, |out| {
+                out.extend_from_slice(&reachable.to_be_bytes())
             });
         }
     }
@@ -256,35 +258,49 @@ impl<'a> Walk<'a> {
             let new_size = u32::try_from(new_value.len()).map_err(|_| {
                 CodecError::Invalid("NodeEndpoints too large once rewritten".to_owned())
             })?;
-            let mut entry = Vec::with_capacity(new_value.len() + 10);
-            put_uvarint(&mut entry, tag);
-            put_uvarint(&mut entry, new_size);
-            entry.extend_from_slice(&new_value);
-            self.splices.push(Splice {
-                span: start..self.reader.position(),
-                bytes: entry,
+            self.splice(start..self.reader.position(), |out| {
+                put_uvarint(out, tag);
+                put_uvarint(out, new_size);
+                out.extend_from_slice(&new_value);
             });
         }
         Ok(())
     }
 
+    /// Notes that `span` is to be replaced by what `write` appends.
+    fn splice(&mut self, span: Range<usize>, write: impl FnOnce(&mut Vec<u8>)) {
+        let from = self.added.len();
+        write(&mut self.added);
+        self.splices.push(Splice {
+            span,
+            bytes: from..self.added.len(),
+        });
+    }
+
     /// The rewritten body, or `None` when nothing changed. The walk may stop before
     /// the end of the body: what follows the last span is copied unread.
     pub(super) fn into_body(self) -> Option<Vec<u8>> {
+        self.into_spliced(&[])
+    }
+
+    /// `head` followed by the rewritten body (the frame's response header, so that
+    /// the body is copied once), or `None` when nothing changed.
+    pub(super) fn into_spliced(self, head: &[u8]) -> Option<Vec<u8>> {
         if self.splices.is_empty() {
             return None;
         }
         let mut splices = self.splices;
         // DescribeCluster's controller id precedes its brokers but is settled after them.
         splices.sort_by_key(|s| s.span.start);
-        let added: usize = splices.iter().map(|s| s.bytes.len()).sum();
-        let mut out = Vec::with_capacity(self.body.len() + added);
+        let removed: usize = splices.iter().map(|s| s.span.len()).sum();
+        let mut out = Vec::with_capacity(head.len() + self.body.len() - removed + self.added.len());
+        out.extend_from_slice(head);
         let mut copied = 0;
         // Every span came from positions of a Reader over `self.body`, each covering
         // a different field, so the spans are in bounds and, once sorted, disjoint.
         for splice in splices {
             out.extend_from_slice(&self.body[copied..splice.span.start]);
-            out.extend_from_slice(&splice.bytes);
+            out.extend_from_slice(&self.added[splice.bytes]);
             copied = splice.span.end;
         }
         out.extend_from_slice(&self.body[copied..]);
@@ -350,6 +366,22 @@ mod tests {
         expected.extend_from_slice(b"kshim.test");
         expected.extend_from_slice(&30001i32.to_be_bytes());
         assert_eq!(w.into_body(), Some(expected));
+    }
+
+    #[test]
+    fn the_head_goes_before_the_rewritten_body_in_one_block() {
+        let book = TestBook::default();
+        let body = [0, 0, 0, 1, 2, b'h', 0, 0, 0, 1, 0xaa];
+        let mut w = Walk::new(&body, true, &book);
+        let node_id = w.i32("node_id").unwrap();
+        w.address(node_id).unwrap();
+        let mut expected = vec![0, 0, 0, 42, 0, 0, 0, 0, 1, 11];
+        expected.extend_from_slice(b"kshim.test");
+        expected.extend_from_slice(&30001i32.to_be_bytes());
+        expected.push(0xaa);
+        let out = w.into_spliced(&[0, 0, 0, 42, 0]).unwrap();
+        assert_eq!(out, expected);
+        assert_eq!(out.capacity(), out.len(), "sized exactly, never grown");
     }
 
     #[test]
