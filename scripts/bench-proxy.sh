@@ -2,7 +2,7 @@
 # Forwarding benchmark: produce and consume throughput, acknowledgement latency at a fixed
 # rate, forwarder CPU per GB, peak memory and memory per idle connection, against one Apache
 # Kafka 4.1.1 node (KRaft), in four legs measured in the same run: the broker directly, kshim
-# in proxy mode, Kroxylicious (no filters) and a plain socat TCP relay, the legs alternating
+# in proxy mode, Kroxylicious 0.12.0 (no filters) and a plain socat TCP relay, the legs alternating
 # over several rounds. The driver is tests/tools/proxy_bench.py; its docstring says how each
 # figure is measured and how the relay leg gets past the broker's advertised address.
 #
@@ -15,8 +15,7 @@
 #   bash scripts/bench-proxy.sh --study latency --legs direct,kshim,relay --rounds 10 \
 #        --latency-seconds 10 --pin broker=0,proxy=1,client=1 --plots /tmp/lat
 #                                                # ack latency only: the tail, round by round, and a CDF plot
-#   bash scripts/bench-proxy.sh --tls --legs direct,kshim,relay
-#                                                # the same legs with TLS on both sides, and handshakes per second
+#   bash scripts/bench-proxy.sh --tls            # every leg with TLS on both sides, and handshakes per second
 #   bash scripts/bench-proxy.sh --study metadata --plots docs/img
 #                                                # 3 brokers, 100 to 10,000 partitions: Metadata latency through kshim
 #                                                # against direct, kshim's CPU and allocations per request
@@ -29,9 +28,14 @@
 # BENCH_LATENCY_SECS, BENCH_LATENCY_RATE_1K, BENCH_LATENCY_RATE_64K (latency runs),
 # BENCH_IDLE_CONNS (idle connections per forwarder, default 10000; 0 skips that test),
 # BENCH_PARTITIONS, BENCH_MAX_SECS (hard cap, default 1800), KSHIM_BIN (another kshim binary),
-# KROXYLICIOUS_HOME (an unpacked Kroxylicious distribution; by default the driver fetches
-# io.kroxylicious:kroxylicious-app:0.18.0:tar.gz:bin from Maven Central with mvn on first use
-# into build/kroxylicious/), KSHIM_BENCH_KEEP_TMP=1 (keep logs and configs).
+# KSHIM_BENCH_KEEP_TMP=1 (keep logs and configs).
+#
+# Kroxylicious: the driver resolves io.kroxylicious:kroxylicious-runtime:0.12.0 and its runtime
+# dependencies from Maven Central with mvn on first use (tests/tools/kroxylicious/pom.xml) into
+# build/kroxylicious/0.12.0/, compiles our own main, tests/tools/kroxylicious/KroxyliciousMain.java,
+# against them, and runs it as `java -Xmx512m ... KroxyliciousMain kroxylicious.yaml`. Its binary
+# distribution (kroxylicious-app) does not resolve on these machines and is not used; nor is
+# KROXYLICIOUS_HOME. Without --legs, a Kroxylicious that cannot be had is left out with a notice.
 #
 # Prints a table per record size of medians per leg with kshim's ratio to each other leg, a
 # memory table and one line per goal. The goals are informational: the exit status is 0

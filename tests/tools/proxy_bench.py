@@ -10,11 +10,17 @@ the whole run, one process per forwarding leg:
   direct        the broker's own PLAINTEXT listener
   kshim         `kshim serve` in proxy mode, upstream = the PLAINTEXT listener; it hands out a
                 listener of its own per broker (port_base = 0)
-  kroxylicious  Kroxylicious (KROXYLICIOUS_VERSION below, the binary distribution) with one
-                virtual cluster, no filters, and port-per-broker networking (a `gateways`
-                entry with `portIdentifiesNode`: a bootstrap port, then one port per node id);
-                upstream = the PLAINTEXT listener; JVM heap capped at 512 MiB (-Xmx, the
-                broker's cap too), otherwise the JVM options of its own start script
+  kroxylicious  Kroxylicious 0.12.0 (KROXYLICIOUS_VERSION below): its runtime library
+                io.kroxylicious:kroxylicious-runtime, started by a main of our own
+                (tests/tools/kroxylicious/KroxyliciousMain.java: parse the YAML configuration,
+                start the proxy, stop it on SIGTERM), with one virtual cluster, no filters, and
+                port-per-broker networking (a `gateways` entry with `portIdentifiesNode`: a
+                bootstrap port on 127.0.0.1, then one port per node id; 0.12 binds these on
+                every interface, it has no bind address for them); upstream = the PLAINTEXT
+                listener. `java` is the process measured: heap capped at 512 MiB (-Xmx, the
+                broker's cap too) and -XX:+ExitOnOutOfMemoryError, as its start script adds;
+                logging by slf4j-simple at the levels of its own log4j2.yaml (WARN, INFO for
+                io.kroxylicious)
   relay         socat, one per broker port (here one), fork per connection, TCP_NODELAY both
                 ways and a 128 KiB transfer buffer: the floor for anything that forwards bytes
                 without reading them. It cannot rewrite the broker addresses in Metadata, so
@@ -23,21 +29,26 @@ the whole run, one process per forwarding leg:
                 bootstrap at R are told that the broker is at R and stay on the relay.
 
 With --tls, every client speaks TLS (RSA 2048 leaves from one CA, made with openssl and keytool):
-direct is the broker's SSL listener; kshim speaks TLS to the clients and to that SSL listener; the
-relay carries the clients' TLS, unread, to an SSL RELAY listener of its own; the broker replicates,
-and topics are made, over a plaintext INTERNAL listener. The Kroxylicious leg has no TLS
-configuration here and is refused. After the rounds, examples/tls_bench measures full handshakes
-per second (new connection, handshake without resumption, one ApiVersions, close) against each
-leg, with the server's CPU per handshake.
+direct is the broker's SSL listener; kshim and Kroxylicious speak TLS to the clients (with the same
+PKCS#12 key store: kshim's certificate) and to that SSL listener (trusting the CA's PKCS#12 trust
+store); the relay carries the clients' TLS, unread, to an SSL RELAY listener of its own; the broker
+replicates, and topics are made, over a plaintext INTERNAL listener. After the rounds,
+examples/tls_bench measures full handshakes per second (new connection, handshake without
+resumption, one ApiVersions, close) against each leg, with the server's CPU per handshake.
 
 Before measuring, each forwarding leg is checked: Metadata through it must name only its own
 ports, never the broker's, so that no leg can bypass its forwarder.
 
-Kroxylicious is taken from KROXYLICIOUS_HOME (or --kroxylicious-home), else from
-build/kroxylicious/kroxylicious-app-VERSION/, else its binary distribution
-io.kroxylicious:kroxylicious-app:VERSION:tar.gz:bin is fetched from Maven Central with mvn
-(strict checksums: the download must match Central's .sha1) and unpacked there. When it cannot
-be had and --legs was not given, the run goes on without that leg and says so in the report.
+Kroxylicious comes from Maven Central: on first use, mvn resolves
+io.kroxylicious:kroxylicious-runtime:VERSION and its runtime dependencies (with slf4j-simple; see
+tests/tools/kroxylicious/pom.xml) into build/kroxylicious/VERSION/libs/ (strict checksums,
+bounded by MVN_TIMEOUT_S), and javac compiles KroxyliciousMain.java against them into
+build/kroxylicious/VERSION/classes/; each is redone only when the pom or the main changes. The
+binary distribution (kroxylicious-app) is not used: it does not resolve on these machines, and
+KROXYLICIOUS_HOME is not read. The report names the version the JVM loaded (KroxyliciousMain
+prints it from the runtime jar; a version other than VERSION fails the run). When Kroxylicious
+cannot be had and --legs was not given, the run goes on without that leg and says so in the
+report.
 
 Every round runs, for 1 KiB and for 64 KiB records, each selected leg in turn; the leg order is
 reversed every other round so that a slow patch of this noisy machine does not always land on
@@ -101,7 +112,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -138,10 +148,15 @@ ADMIN_TOKEN_ENV = "KSHIM_BENCH_ADMIN_TOKEN"
 ADMIN_TOKEN = "bench-" + os.urandom(8).hex()
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-KROXYLICIOUS_VERSION = "0.18.0"
-KROXYLICIOUS_ARTIFACT = f"io.kroxylicious:kroxylicious-app:{KROXYLICIOUS_VERSION}:tar.gz:bin"
-KROXYLICIOUS_DIR = REPO_ROOT / "build" / "kroxylicious"
+KROXYLICIOUS_VERSION = "0.12.0"
+KROXYLICIOUS_ARTIFACT = f"io.kroxylicious:kroxylicious-runtime:{KROXYLICIOUS_VERSION}"
+# pom.xml (what mvn resolves) and KroxyliciousMain.java (our main, started as the JVM's main class).
+KROXYLICIOUS_PROJECT = Path(__file__).resolve().parent / "kroxylicious"
+KROXYLICIOUS_MAIN_CLASS = "KroxyliciousMain"
+# libs/ (the runtime and its dependencies) and classes/ (the compiled main), each with a stamp.
+KROXYLICIOUS_DIR = REPO_ROOT / "build" / "kroxylicious" / KROXYLICIOUS_VERSION
 KROXYLICIOUS_HEAP = "512m"
+JAVAC_TIMEOUT_S = 120
 KROXYLICIOUS_START_TIMEOUT_S = 90.0
 MVN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 MVN_TIMEOUT_S = 600
@@ -187,13 +202,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--direct-only",
         action="store_true",
         help="measure only the direct-to-broker leg (for checking the benchmark itself); same as --legs direct",
-    )
-    p.add_argument(
-        "--kroxylicious-home",
-        type=Path,
-        default=Path(os.environ["KROXYLICIOUS_HOME"]) if os.environ.get("KROXYLICIOUS_HOME") else None,
-        help="an unpacked Kroxylicious binary distribution (bin/kroxylicious-start.sh, libs/); "
-        f"default: build/kroxylicious/kroxylicious-app-{KROXYLICIOUS_VERSION}, fetched on first use",
     )
     p.add_argument("--rounds", type=int, default=env_int("BENCH_ROUNDS", 3))
     p.add_argument(
@@ -252,8 +260,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--tls",
         action="store_true",
         help="TLS on both sides: clients speak TLS to every leg; direct is the broker's SSL listener, kshim "
-        "speaks TLS to the clients and to that listener, the relay carries the clients' TLS to an SSL "
-        "listener of its own; adds full handshakes per second (examples/tls_bench)",
+        "and Kroxylicious speak TLS to the clients and to that listener, the relay carries the clients' TLS "
+        "to an SSL listener of its own; adds full handshakes per second (examples/tls_bench)",
     )
     p.add_argument("--tls-bench-bin", type=Path,
                    default=REPO_ROOT / "target" / "release" / "examples" / "tls_bench")
@@ -832,45 +840,37 @@ class KshimProxy(Forwarder):
 
 
 class KroxyliciousProxy(Forwarder):
-    """Kroxylicious from its binary distribution: one virtual cluster, no filters,
-    port-per-broker networking (a bootstrap port, then one port per node id)."""
+    """Kroxylicious (kroxylicious-runtime, started by tests/tools/kroxylicious/KroxyliciousMain.java
+    in a JVM of its own): one virtual cluster, no filters, port-per-broker networking (a gateway
+    with `portIdentifiesNode`: a bootstrap port, then one port per node id). With `tls`: TLS to
+    the clients (kshim's certificate) and to the broker's SSL listener (trusting the CA)."""
 
     leg = "kroxylicious"
 
-    def __init__(self, home: Path, workdir: Path, upstream: str, node_ids: list[int]):
+    def __init__(self, runtime: "KroxyliciousRuntime", workdir: Path, upstream: str, node_ids: list[int],
+                 tls: TlsMaterial | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
-        self.home = home
+        self.runtime = runtime
         self.workdir = workdir
         self.upstream_port = ke.split_hostport(upstream)[1]
+        self.version_line = ""  # what KroxyliciousMain says it loaded
         lo, hi = min(node_ids), max(node_ids)
         self.port, self.node_start_port = self._ports(hi - lo + 1)
         self.config_path = workdir / "kroxylicious.yaml"
         self.log_path = workdir / "kroxylicious.log"
-        self.config_path.write_text(
-            "virtualClusters:\n"
-            "  - name: bench\n"
-            "    targetCluster:\n"
-            f'      bootstrapServers: "{upstream}"\n'
-            "    gateways:\n"
-            "      - name: plain\n"
-            "        portIdentifiesNode:\n"
-            f'          bootstrapAddress: "127.0.0.1:{self.port}"\n'
-            f"          nodeStartPort: {self.node_start_port}\n"
-            "          nodeIdRanges:\n"
-            "            - name: brokers\n"
-            f"              start: {lo}\n"
-            f"              end: {hi}\n"
-        )
+        self.config_path.write_text(kroxylicious_config(upstream, self.port, self.node_start_port, lo, hi, tls))
 
     @staticmethod
     def _ports(nodes: int) -> tuple[int, int]:
-        """A bootstrap port and the first of `nodes` consecutive free ports after it."""
+        """A bootstrap port and the first of `nodes` consecutive free ports after it. Kroxylicious
+        0.12 binds its gateway ports on every interface (portIdentifiesNode has no bind address),
+        so each must be free on all of them."""
         for _ in range(50):
             base = ke.free_port()
             if base + nodes >= 65535:
                 continue
-            if all(not ke.port_accepts("127.0.0.1", base + i, timeout=0.2) and _bindable(base + i)
-                   for i in range(1, nodes + 1)):
+            if all(not ke.port_accepts("127.0.0.1", base + i, timeout=0.2) and _bindable(base + i, "")
+                   for i in range(0, nodes + 1)):
                 return base, base + 1
         raise BenchError(f"found no {nodes + 1} consecutive free ports for Kroxylicious")
 
@@ -879,25 +879,89 @@ class KroxyliciousProxy(Forwarder):
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        cmd = [str(self.home / "bin" / "kroxylicious-start.sh"), "--config", str(self.config_path)]
-        env = dict(os.environ)
-        # The start script passes JAVA_OPTIONS to the JVM; it execs java, so the PID is the JVM's.
-        env["JAVA_OPTIONS"] = f"-Xmx{KROXYLICIOUS_HEAP}"
-        self.proc = ke._spawn(cmd, cwd=self.workdir, log_path=self.log_path, env=env)
+        java = shutil.which("java")
+        if java is None:
+            raise BenchError(f"java is not on PATH (it runs Kroxylicious). Run: {ke.INSTALL_HINT}")
+        # java itself is the process: the PID measured is the JVM's. -XX:+ExitOnOutOfMemoryError is
+        # what kroxylicious-start.sh adds; the heap is capped like the broker's.
+        cmd = [java, f"-Xmx{KROXYLICIOUS_HEAP}", "-XX:+ExitOnOutOfMemoryError",
+               "-cp", self.runtime.classpath, KROXYLICIOUS_MAIN_CLASS, str(self.config_path)]
+        self.proc = ke._spawn(cmd, cwd=self.workdir, log_path=self.log_path, env=dict(os.environ))
         self.advertised = wait_routed(self.leg, self.bootstrap, self.alive, self.log_path,
-                                      {self.upstream_port}, KROXYLICIOUS_START_TIMEOUT_S)
+                                      {self.upstream_port}, KROXYLICIOUS_START_TIMEOUT_S, self.tls)
         comm = Path(f"/proc/{self.proc.pid}/comm").read_text().strip()
         if comm != "java":
             raise BenchError(f"Kroxylicious pid {self.proc.pid} is {comm!r}, not the JVM: its CPU would not be counted")
+        # KroxyliciousMain's first line: the version of the kroxylicious-runtime jar it loaded.
+        m = re.search(r"^KroxyliciousMain: kroxylicious-runtime (\S+)(.*)$",
+                      self.log_path.read_text(errors="replace"), re.M)
+        if m is None:
+            raise BenchError(f"Kroxylicious started but did not say which version it loaded\n"
+                             f"--- {self.log_path}:\n{ke.tail(self.log_path)}")
+        if m.group(1) != KROXYLICIOUS_VERSION:
+            raise BenchError(f"Kroxylicious {m.group(1)} was loaded, not {KROXYLICIOUS_VERSION}: {m.group(0)}")
+        self.version_line = f"{m.group(1)}{m.group(2)}"
 
     def describe(self) -> str:
-        return f"pid {self.proc.pid}, {self.home}"
+        return f"pid {self.proc.pid}, Kroxylicious {self.version_line}"
 
 
-def _bindable(port: int) -> bool:
+def kroxylicious_config(upstream: str, port: int, node_start_port: int, lo: int, hi: int,
+                        tls: TlsMaterial | None) -> str:
+    """Kroxylicious 0.12.0 configuration (YAML): `virtualClusters` as a list, one gateway with
+    `portIdentifiesNode` on 127.0.0.1 (bootstrap `port`, node ids lo..hi at node_start_port..),
+    no filters, no management endpoint. With `tls`: the gateway's `tls.key` is kshim's PKCS#12
+    store (RSA 2048, localhost and 127.0.0.1) and the target cluster's `tls.trust` the CA's."""
+    from tls_support import STORE_PASSWORD
+
+    q = json.dumps  # a JSON string is a YAML double-quoted scalar
+    lines = [
+        "virtualClusters:",
+        "  - name: bench",
+        "    targetCluster:",
+        f"      bootstrapServers: {q(upstream)}",
+    ]
+    if tls:
+        lines += [
+            "      tls:",
+            "        trust:",
+            f"          storeFile: {q(str(tls.certs.truststore))}",
+            "          storePassword:",
+            f"            password: {q(STORE_PASSWORD)}",
+            "          storeType: PKCS12",
+        ]
+    lines += [
+        "    gateways:",
+        "      - name: bench",
+        "        portIdentifiesNode:",
+        f"          bootstrapAddress: {q(f'127.0.0.1:{port}')}",
+        f"          nodeStartPort: {node_start_port}",
+        "          nodeIdRanges:",
+        "            - name: brokers",
+        f"              start: {lo}",
+        f"              end: {hi}",
+    ]
+    if tls:
+        lines += [
+            "        tls:",
+            "          key:",
+            f"            storeFile: {q(str(tls.kshim_store))}",
+            "            storePassword:",
+            f"              password: {q(STORE_PASSWORD)}",
+            "            storeType: PKCS12",
+        ]
+    lines += [
+        "    logNetwork: false",
+        "    logFrames: false",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _bindable(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` can be bound on `host` ("" for every interface) now."""
     with socket.socket() as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
             return True
         except OSError:
             return False
@@ -979,80 +1043,103 @@ class SocatRelay(Forwarder):
 # Kroxylicious: where it comes from
 
 
-def _file_sha1(path: Path) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+@dataclass
+class KroxyliciousRuntime:
+    """Kroxylicious as the kroxylicious leg runs it: the runtime's jars and our compiled main."""
+
+    libs: Path  # kroxylicious-runtime-VERSION.jar and its runtime dependencies
+    classes: Path  # KroxyliciousMain.class
+
+    @property
+    def classpath(self) -> str:
+        return f"{self.classes}{os.pathsep}{self.libs}{os.sep}*"
+
+    def describe(self) -> str:
+        return f"{KROXYLICIOUS_ARTIFACT} (Maven Central) in {self.libs.parent}, started by {KROXYLICIOUS_MAIN_CLASS}"
+
+
+def _stamp(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
 
-def _has_start_script(home: Path) -> bool:
-    return (home / "bin" / "kroxylicious-start.sh").is_file() and (home / "libs").is_dir()
+def _stamped(d: Path, stamp: str) -> bool:
+    f = d / ".stamp"
+    return f.is_file() and f.read_text().strip() == stamp
 
 
-def resolve_kroxylicious(home: Path | None) -> Path:
-    """An unpacked Kroxylicious distribution: `home`, else build/kroxylicious/kroxylicious-app-V,
-    else the binary distribution fetched from Maven Central with mvn and unpacked there."""
-    if home is not None:
-        if not _has_start_script(home):
-            raise BenchError(f"{home} (KROXYLICIOUS_HOME or --kroxylicious-home) has no bin/kroxylicious-start.sh and libs/")
-        return home
-    dist = KROXYLICIOUS_DIR / f"kroxylicious-app-{KROXYLICIOUS_VERSION}"
-    if _has_start_script(dist):
-        return dist
-    tarball = KROXYLICIOUS_DIR / f"kroxylicious-app-{KROXYLICIOUS_VERSION}-bin.tar.gz"
-    if not tarball.is_file():
+def _replace_dir(tmp: Path, dest: Path, stamp: str) -> None:
+    """Puts the finished `tmp` in place of `dest`, stamped."""
+    (tmp / ".stamp").write_text(stamp + "\n")
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+
+
+def resolve_kroxylicious() -> KroxyliciousRuntime:
+    """Kroxylicious KROXYLICIOUS_VERSION from build/kroxylicious/VERSION/: libs/ resolved from Maven
+    Central with mvn (tests/tools/kroxylicious/pom.xml: kroxylicious-runtime, its runtime
+    dependencies and slf4j-simple) and classes/ (KroxyliciousMain.java compiled against them), each
+    redone only when its inputs changed."""
+    pom = KROXYLICIOUS_PROJECT / "pom.xml"
+    main_src = KROXYLICIOUS_PROJECT / f"{KROXYLICIOUS_MAIN_CLASS}.java"
+    for f in (pom, main_src):
+        if not f.is_file():
+            raise BenchError(f"{f} is missing (the kroxylicious leg needs it)")
+    libs, classes = KROXYLICIOUS_DIR / "libs", KROXYLICIOUS_DIR / "classes"
+    libs_stamp = _stamp(KROXYLICIOUS_VERSION.encode(), pom.read_bytes())
+    runtime_jar = f"kroxylicious-runtime-{KROXYLICIOUS_VERSION}.jar"
+    if not (_stamped(libs, libs_stamp) and (libs / runtime_jar).is_file()):
         if shutil.which("mvn") is None:
-            raise BenchError(f"mvn is not on PATH; it fetches {KROXYLICIOUS_ARTIFACT}. Run: {ke.INSTALL_HINT}")
+            raise BenchError(f"mvn is not on PATH; it resolves {KROXYLICIOUS_ARTIFACT} and its dependencies "
+                             f"from Maven Central. Run: {ke.INSTALL_HINT}")
         KROXYLICIOUS_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix="download-", dir=KROXYLICIOUS_DIR))
+        tmp = Path(tempfile.mkdtemp(prefix="libs-", dir=KROXYLICIOUS_DIR))
         try:
-            log(f"fetching {KROXYLICIOUS_ARTIFACT} from Maven Central (first use)")
-            # -C: strict checksums, the download must match the .sha1 published beside it;
+            log(f"resolving {KROXYLICIOUS_ARTIFACT} and its runtime dependencies with mvn (first use)")
+            # -C: strict checksums (every jar must match the checksum published beside it);
             # -U: ask again even when an earlier attempt found nothing.
-            cmd = ["mvn", "-q", "-B", "-C", "-U", "-Dstyle.color=never", f"{MVN_DEPENDENCY_PLUGIN}:copy",
-                   f"-Dartifact={KROXYLICIOUS_ARTIFACT}", f"-DoutputDirectory={tmp}"]
+            cmd = ["mvn", "-B", "-C", "-U", "-Dstyle.color=never", "-f", str(pom),
+                   f"-Dkroxylicious.version={KROXYLICIOUS_VERSION}",
+                   f"{MVN_DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
+                   f"-DoutputDirectory={tmp}"]
             try:
-                cp = subprocess.run(cmd, cwd=str(tmp), capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
+                cp = subprocess.run(cmd, cwd=str(KROXYLICIOUS_DIR), stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                raise BenchError(f"mvn did not fetch {KROXYLICIOUS_ARTIFACT} within {MVN_TIMEOUT_S}s")
-            got = tmp / tarball.name
-            if cp.returncode != 0 or not got.is_file():
+                raise BenchError(f"mvn did not resolve {KROXYLICIOUS_ARTIFACT} within {MVN_TIMEOUT_S}s: {' '.join(cmd)}")
+            if cp.returncode != 0 or not (tmp / runtime_jar).is_file():
                 text = re.sub(r"\x1b\[[0-9;]*m", "", cp.stdout + cp.stderr)
-                errors = [l.strip() for l in text.splitlines() if l.startswith("[ERROR] Failed")]
+                errors = [l.strip() for l in text.splitlines() if l.startswith("[ERROR]") and l.strip() != "[ERROR]"]
                 raise BenchError(
-                    f"mvn could not fetch {KROXYLICIOUS_ARTIFACT} ({errors[0] if errors else f'exit status {cp.returncode}'}). "
-                    f"Put an unpacked distribution at {dist} or point KROXYLICIOUS_HOME at one"
+                    f"mvn could not resolve {KROXYLICIOUS_ARTIFACT} and its dependencies "
+                    f"({'; '.join(errors[:3]) if errors else f'exit status {cp.returncode}'}): {' '.join(cmd)}"
                 )
-            # The copy in the local repository has Central's .sha1 beside it; check it once more.
-            group, artifact = KROXYLICIOUS_ARTIFACT.split(":")[:2]
-            sha1_file = (Path.home() / ".m2" / "repository" / Path(*group.split(".")) / artifact
-                         / KROXYLICIOUS_VERSION / f"{tarball.name}.sha1")
-            if sha1_file.is_file():
-                want = sha1_file.read_text().split()[0].strip().lower()
-                have = _file_sha1(got)
-                if want != have:
-                    raise BenchError(f"{got.name}: sha1 {have}, but Maven Central's .sha1 says {want}")
-            got.rename(tarball)
+            _replace_dir(tmp, libs, libs_stamp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    unpack = Path(tempfile.mkdtemp(prefix="unpack-", dir=KROXYLICIOUS_DIR))
-    try:
-        with tarfile.open(tarball) as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(unpack, filter="data")  # nothing outside `unpack`, no device files
-            else:
-                tar.extractall(unpack)
-        inner = unpack / dist.name
-        if not _has_start_script(inner):
-            raise BenchError(f"{tarball} does not unpack to {dist.name}/bin/kroxylicious-start.sh")
-        for script in (inner / "bin").glob("*.sh"):
-            script.chmod(0o755)
-        inner.rename(dist)
-    finally:
-        shutil.rmtree(unpack, ignore_errors=True)
-    return dist
+    classes_stamp = _stamp(libs_stamp.encode(), main_src.read_bytes())
+    if not (_stamped(classes, classes_stamp) and (classes / f"{KROXYLICIOUS_MAIN_CLASS}.class").is_file()):
+        javac = shutil.which("javac")
+        if javac is None:
+            raise BenchError(f"javac is not on PATH (it compiles {main_src.name}). Run: {ke.INSTALL_HINT}")
+        tmp = Path(tempfile.mkdtemp(prefix="classes-", dir=KROXYLICIOUS_DIR))
+        try:
+            log(f"compiling {main_src.relative_to(REPO_ROOT)} against kroxylicious-runtime {KROXYLICIOUS_VERSION}")
+            cmd = [javac, "-nowarn", "--release", "17", "-d", str(tmp), "-cp", f"{libs}{os.sep}*", str(main_src)]
+            try:
+                cp = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                    timeout=JAVAC_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"javac did not compile {main_src} within {JAVAC_TIMEOUT_S}s")
+            if cp.returncode != 0:
+                raise BenchError(f"javac failed on {main_src}:\n{cp.stdout}{cp.stderr}")
+            _replace_dir(tmp, classes, classes_stamp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return KroxyliciousRuntime(libs, classes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1332,10 +1419,14 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
                          f"Run: {ke.INSTALL_HINT}")
     notes: list[str] = []
     legs = list(args.legs)
-    kroxylicious_home = None
+    kroxylicious = None
     if "kroxylicious" in legs:
+        if os.environ.get("KROXYLICIOUS_HOME"):
+            notes.append(f"KROXYLICIOUS_HOME is not read any more: the kroxylicious leg runs {KROXYLICIOUS_ARTIFACT} "
+                         f"from Maven Central, started by tests/tools/kroxylicious/{KROXYLICIOUS_MAIN_CLASS}.java.")
+            log(notes[-1])
         try:
-            kroxylicious_home = resolve_kroxylicious(args.kroxylicious_home)
+            kroxylicious = resolve_kroxylicious()
         except BenchError as e:
             if args.legs_explicit:
                 raise
@@ -1346,12 +1437,10 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
         raise BenchError(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
     tls = None
     if args.tls:
-        if "kroxylicious" in legs:
-            raise BenchError("--tls: the Kroxylicious leg has no TLS configuration here; leave it out with --legs")
         if not args.tls_bench_bin.is_file():
             raise BenchError(f"{args.tls_bench_bin} is missing (it measures the handshakes of --tls): "
                              "cargo build --release --example tls_bench (scripts/bench-proxy.sh does)")
-        log("making certificates (openssl, keytool): a CA and RSA 2048 leaves for the broker and kshim")
+        log("making certificates (openssl, keytool): a CA and RSA 2048 leaves for the broker and the forwarders")
         tls = make_tls_material(workdir / "certs")
     proxies_run = [leg for leg in legs if leg != "direct"]
     idle_n = 0
@@ -1427,9 +1516,11 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
             log(f"starting kshim on {p.bootstrap}, upstream {broker.bootstrap}")
             p.start()
         elif leg == "kroxylicious":
-            p = KroxyliciousProxy(kroxylicious_home, workdir / "kroxylicious", broker.bootstrap, [broker.node_id])
+            p = KroxyliciousProxy(kroxylicious, workdir / "kroxylicious", broker.bootstrap, [broker.node_id], tls)
+            p.tls = tls.context if tls else None
             resources.append(p.stop)
-            log(f"starting Kroxylicious {KROXYLICIOUS_VERSION} on {p.bootstrap}, upstream {broker.bootstrap}")
+            log(f"starting Kroxylicious {KROXYLICIOUS_VERSION} ({KROXYLICIOUS_MAIN_CLASS}) on {p.bootstrap}, "
+                f"upstream {broker.bootstrap}{' (TLS both sides)' if tls else ''}")
             p.start()
         else:
             relay_listener, relay_port = broker.extra_ports
@@ -1455,6 +1546,8 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
             ep.proxy.sampling(on)
 
     if args.study == "latency":
+        if "kroxylicious" in proxies:
+            notes.append(f"Kroxylicious {proxies['kroxylicious'].version_line}; {kroxylicious.describe()}")
         return latency_study(args, tools, probe_classes, admin_bootstrap, endpoints, check_alive, notes,
                              time.monotonic() - started)
 
@@ -1537,10 +1630,13 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     hs_tables = handshakes(args, tls, broker, proxies, log_dir, deadline) if tls else ""
     if tls:
         notes.append("TLS on both sides (RSA 2048 leaves, TLS 1.3 where both ends offer it): clients to the "
-                     "broker's SSL listener (direct), to kshim, which speaks TLS to that listener, and to the "
-                     "relay, which carries the clients' TLS to an SSL listener of its own.")
+                     "broker's SSL listener (direct), to kshim and to Kroxylicious, which speak TLS to that "
+                     "listener, and to the relay, which carries the clients' TLS to an SSL listener of its own.")
+    kroxylicious_info = None
+    if "kroxylicious" in proxies:
+        kroxylicious_info = f"{proxies['kroxylicious'].version_line}; {kroxylicious.describe()}"
     print_report(args, results, [ep.leg for ep in endpoints], memory, idle_n, notes,
-                 kroxylicious_home, time.monotonic() - started)
+                 kroxylicious_info, time.monotonic() - started)
     if args.plots:
         prefix = "tls-" if tls else "plaintext-"
         legs_run = [ep.leg for ep in endpoints]
@@ -1790,7 +1886,7 @@ class Goal:
 
 
 def print_report(args, results, legs: list[str], memory: dict, idle_n: int, notes: list[str],
-                 kroxylicious_home: Path | None, elapsed: float) -> None:
+                 kroxylicious_info: str | None, elapsed: float) -> None:
     have_kshim = "kshim" in legs
     others = [leg for leg in legs if leg != "kshim"]
 
@@ -1814,7 +1910,7 @@ def print_report(args, results, legs: list[str], memory: dict, idle_n: int, note
     print(f"Forwarding benchmark: Apache Kafka 4.1.1, 1 node, {args.partitions} partition(s); "
           f"median of {args.rounds} round(s), legs alternating; legs: {', '.join(legs)}")
     if "kroxylicious" in legs:
-        print(f"Kroxylicious {KROXYLICIOUS_VERSION} from {kroxylicious_home}")
+        print(f"Kroxylicious {kroxylicious_info}")
     for note in notes:
         print(note)
 
