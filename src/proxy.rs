@@ -142,6 +142,10 @@ impl Proxy {
             census: Arc::new(crate::census::Census::new(config.census.clone())),
             lab: Arc::new(crate::lab::Lab::from_specs(&config.lab)),
         });
+        // Before the first refresh binds a listener per broker: the open-file limit is
+        // raised here, and a cluster of a thousand brokers needs more than the usual
+        // soft limit of 1,024 descriptors for those listeners alone.
+        let limits = limits(config, Some(upstream_config));
         let mut discoverer = Discoverer::new(upstream_config.bootstrap.clone(), link);
         let mut audited = BTreeSet::new();
         match discoverer.refresh(&ClusterView::default()).await {
@@ -183,7 +187,6 @@ impl Proxy {
                 }
             }
         }
-        let limits = limits(config, Some(upstream_config));
         context.metrics.watch_frame_budget(limits.budget.clone());
         Ok(Proxy {
             listener,
