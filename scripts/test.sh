@@ -4,7 +4,7 @@
 #   scripts/test.sh            the gate, everything:
 #     1. scripts/install-deps.sh  (Debian packages, Python venv, Kafka jars, Go clients)
 #     2. the shared Kafka brokers start in the background (tests/interop/brokers.py), while
-#     3. cargo test --no-run      builds kshim, its examples and the tests
+#     3. cargo test --no-run      builds kshim, the tests and the examples they run
 #     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
 #     5. scripts/fuzz.sh          (builds the libFuzzer targets, kshim instrumented and every other
 #                                 crate the one step 3 built, and runs each 5 s from its seeds), at
@@ -114,15 +114,19 @@ if [ $QUICK -eq 0 ]; then
   export KSHIM_SHARED_BROKERS="$TIMES_DIR/brokers.json"
 fi
 
-# `cargo test --no-run` builds the kshim binary and the examples too (the interop tests run them),
-# into the directory cargo chooses (CARGO_TARGET_DIR, a cargo config's build.target-dir, or
-# ./target): the interop tests, the soak and the fuzz script look there (KSHIM_TARGET_DIR).
-stage "building kshim, its examples and tests" \
-  timeout 1500 cargo test --release --no-run
+# The kshim binary, the test targets and the two examples the interop tests run (differential,
+# tls_bench; the benchmarks' scripts build their own), into the directory cargo chooses
+# (CARGO_TARGET_DIR, a cargo config's build.target-dir, or ./target): the interop tests, the soak
+# and the fuzz script look there (KSHIM_TARGET_DIR).
+build_all() {
+  timeout 1500 cargo test --release --no-run --lib --bins --tests &&
+    timeout 900 cargo build --release --example differential --example tls_bench
+}
+stage "building kshim, its examples and tests" build_all
 KSHIM_TARGET_DIR="$(scripts/cargo-target-dir)"
 export KSHIM_TARGET_DIR
 export KSHIM_BIN="${KSHIM_BIN:-$KSHIM_TARGET_DIR/release/kshim}"
-stage "Rust tests" timeout 900 cargo test --release
+stage "Rust tests" timeout 900 cargo test --release --lib --bins --tests
 
 if [ $QUICK -eq 1 ]; then
   export KSHIM_QUICK=1

@@ -31,7 +31,7 @@ def _finalized(bootstrap: str) -> dict[str, int]:
 
 
 def test_update_features_agrees_with_the_real_broker(kafka_clusters, kshim_factory):
-    assert DIFFERENTIAL.is_file(), f"{DIFFERENTIAL} missing: run `cargo build --release --examples`"
+    assert DIFFERENTIAL.is_file(), f"{DIFFERENTIAL} missing: run `cargo build --release --example differential`"
     # This test changes finalized features, so it gets a broker of its own.
     broker = kafka_clusters.start(1)
     try:

@@ -38,7 +38,7 @@ def unit_graph(*args):
 
 
 def test_fuzz_build_shares_every_crate_it_does_not_instrument_with_the_main_build():
-    main = unit_graph("test", "--no-run")
+    main = unit_graph("test", "--no-run", "--lib", "--bins", "--tests")
     fuzz = unit_graph("build", "-p", "kshim-fuzz", "--bins")
     own = {u for u in fuzz if u[0].rsplit("@", 1)[0] in FUZZ_ONLY}
     assert own, "the fuzz build's graph holds none of kshim-fuzz's own units"

@@ -540,7 +540,7 @@ def test_a_tls_handshake_storm_is_refused_at_once_past_the_queue(kshim_factory, 
     sockets_before = socket_descriptors(proc.pid)
     before = refused(admin)
     bench = Path(kafka_env.require_kshim_binary()).parent / "examples" / "tls_bench"
-    assert bench.is_file(), f"{bench} is missing: `cargo test --release --no-run` builds it"
+    assert bench.is_file(), f"{bench} is missing: `cargo build --release --example tls_bench` builds it (scripts/test.sh does)"
     cp = subprocess.run(
         [str(bench), "storm", "--ca", str(certs.ca), "--target", proc.bootstrap,
          "--connections", str(STORM_CONNECTIONS), "--concurrency", str(STORM_CONCURRENCY),
