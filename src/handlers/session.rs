@@ -13,7 +13,7 @@ use crate::lab::{self, Applied, Who};
 use crate::protocol::api_name;
 use crate::protocol::api_versions::ClientSoftware;
 use crate::protocol::errors::{self};
-use crate::protocol::response::{frame_with_body, response_body_offset, with_new_body};
+use crate::protocol::response::{frame_with_body, response_body_offset, with_new_body, Answer};
 use crate::protocol::{CodecError, HeaderPeek, Incoming};
 use crate::upstream::{Route, UpstreamLink};
 use bytes::Bytes;
@@ -382,7 +382,7 @@ impl Session {
     /// frame (without size prefix), made safe to hand on. An error closes the
     /// connection: a response that could not be made safe could send the client
     /// around kshim, or lose results.
-    pub fn response(&mut self, then: Then, frame: Bytes) -> Result<Bytes, String> {
+    pub fn response(&mut self, then: Then, frame: Bytes) -> Result<Answer, String> {
         let Then {
             api_key,
             version,
@@ -397,7 +397,7 @@ impl Session {
                 .map_err(|_| format!("no layout known for the responses of API key {api_key}"))
         };
         let result = match after {
-            AfterResponse::PassOn => Ok(frame),
+            AfterResponse::PassOn => Ok(Answer::whole(frame)),
             AfterResponse::ReadSasl => match self.sasl.response(&frame) {
                 Ok(Some(principal)) => {
                     tracing::debug!(peer = %self.peer.addr, %principal, "SASL authentication accepted by the upstream");
@@ -407,9 +407,9 @@ impl Session {
                         ..(*self.peer).clone()
                     });
                     self.identified();
-                    Ok(frame)
+                    Ok(Answer::whole(frame))
                 }
-                Ok(None) => Ok(frame),
+                Ok(None) => Ok(Answer::whole(frame)),
                 Err(why) => return Err(why),
             },
             AfterResponse::RewriteAddresses => match &self.ctx.upstream {
@@ -425,7 +425,7 @@ impl Session {
                 };
                 response_body_offset(api, version, &frame)
                     .and_then(|offset| Ok((offset, merge(&frame[offset..])?)))
-                    .map(|(offset, body)| with_new_body(&frame, offset, &body))
+                    .map(|(offset, body)| Answer::whole(with_new_body(&frame, offset, &body)))
                     .map_err(malformed)
             }
         };

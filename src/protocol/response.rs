@@ -40,6 +40,46 @@ pub fn response_body_offset(api: ApiKey, version: i16, frame: &[u8]) -> Result<u
     Ok(r.position())
 }
 
+/// A response frame (without its size prefix) in at most two blocks: `head`, then
+/// `tail`, the upstream's own bytes that follow what kshim rewrote (empty for a
+/// frame in one block). A rewrite that changes only the head of a large answer (the
+/// brokers at the head of a Metadata answer naming a million partitions) copies the
+/// head and passes the rest on as it came, in the block it was read into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub head: Bytes,
+    pub tail: Bytes,
+}
+
+impl Answer {
+    /// A frame in one block.
+    pub fn whole(frame: Bytes) -> Answer {
+        Answer {
+            head: frame,
+            tail: Bytes::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame in one block (copied when it is in two).
+    pub fn into_frame(self) -> Bytes {
+        if self.tail.is_empty() {
+            return self.head;
+        }
+        let mut out = BytesMut::with_capacity(self.len());
+        out.put_slice(&self.head);
+        out.put_slice(&self.tail);
+        out.freeze()
+    }
+}
+
 /// A response frame (without its size prefix) with everything from `offset`
 /// (its body) replaced by `body`.
 pub fn with_new_body(frame: &[u8], offset: usize, body: &[u8]) -> Bytes {

@@ -31,6 +31,7 @@ use crate::handlers::forward::{Forward, Then};
 use crate::handlers::session::Session;
 use crate::handlers::{Action, Context, Peer};
 use crate::metrics::{Closure, Leg, Outcome};
+use crate::protocol::response::Answer;
 use crate::protocol::{HeaderPeek, Incoming};
 use crate::upstream::UpstreamLink;
 use bytes::Bytes;
@@ -86,7 +87,7 @@ enum Reply {
     /// A response frame without its size prefix (from the upstream), with the
     /// bytes of the global budget it holds until written, and when it was read
     /// whole.
-    Unprefixed(Bytes, u32, Instant),
+    Unprefixed(Answer, u32, Instant),
     /// The last part of an upstream response passed on while it arrived, with
     /// the same.
     Rest(Bytes, u32, Instant),
@@ -98,7 +99,7 @@ impl Reply {
     fn unsent_bytes(&self) -> usize {
         match self {
             Reply::Prefixed(frame, _) => frame.len(),
-            Reply::Unprefixed(frame, ..) => 4 + frame.len(),
+            Reply::Unprefixed(answer, ..) => 4 + answer.len(),
             Reply::Rest(part, ..) => part.len(),
             Reply::Close(_) => 0,
         }
@@ -168,6 +169,7 @@ pub(super) async fn run<S>(
         queued_held: 0,
         upstream_ended: None,
         streaming: None,
+        kept_whole: None,
         reading: true,
         last_activity: Instant::now(),
         timer: Box::pin(tokio::time::sleep(limits.idle_timeout)),
@@ -230,6 +232,9 @@ struct Connection<'a, S> {
     session: Session,
     /// The upstream response being passed on while it arrives.
     streaming: Option<Streaming>,
+    /// The request whose large response the session keeps whole (it must be
+    /// rewritten or decoded whole): asked once, not at every read of it.
+    kept_whole: Option<u64>,
     /// Why the upstream connection ended. The answers it gave before it went
     /// (a broker sends its SASL failure, then closes) are delivered first; the
     /// connection closes once they are written.
@@ -355,7 +360,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                             // It came whole before any of it could be passed on.
                             Ok(frame) if passed == 0 => ready(
                                 &mut self.ready_bytes,
-                                Reply::Unprefixed(frame, held as u32, read_at),
+                                Reply::Unprefixed(Answer::whole(frame), held as u32, read_at),
                                 Outcome::Forwarded,
                             ),
                             Ok(rest) => ready(
@@ -389,7 +394,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                             self.laters += 1;
                             Slot::Later(Box::pin(async move {
                                 tokio::time::sleep(delay).await;
-                                Action::Respond(prefixed(&frame))
+                                Action::Respond(prefixed(&frame.into_frame()))
                             }))
                         }
                         (Err(why), _) => {
@@ -481,13 +486,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                     };
                     self.out.push_prefixed(frame, sending, ready_at);
                 }
-                Reply::Unprefixed(frame, held, read_at) => {
-                    metrics.sent(frame.len() + 4);
-                    let sending = Sending {
-                        held,
-                        api_key: Some(api_key),
-                    };
-                    self.out.push_unprefixed(frame, sending, read_at);
+                Reply::Unprefixed(Answer { head, tail }, held, read_at) => {
+                    metrics.sent(4 + head.len() + tail.len());
+                    if tail.is_empty() {
+                        let sending = Sending {
+                            held,
+                            api_key: Some(api_key),
+                        };
+                        self.out.push_unprefixed(head, sending, read_at);
+                    } else {
+                        // Each part gives back its bytes of the grant once written;
+                        // the last one ends the response's own time.
+                        let head_held = held.min(head.len() as u32);
+                        let size = head.len() + tail.len();
+                        let first = Sending {
+                            held: head_held,
+                            api_key: None,
+                        };
+                        self.out.push_first_part(head, size, first, read_at);
+                        let rest = Sending {
+                            held: held - head_held,
+                            api_key: Some(api_key),
+                        };
+                        self.out.push_prefixed(tail, rest, read_at);
+                    }
                 }
                 Reply::Rest(part, held, read_at) => {
                     metrics.sent(part.len());

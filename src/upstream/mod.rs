@@ -34,7 +34,7 @@ pub enum UpstreamError {
     Protocol { target: String, reason: String },
 }
 
-use crate::protocol::response::response_body_offset;
+use crate::protocol::response::{response_body_offset, Answer};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -223,7 +223,7 @@ impl Upstream {
         api: ApiKey,
         version: i16,
         frame: Bytes,
-    ) -> Result<Bytes, crate::protocol::rewrite::RewriteError> {
+    ) -> Result<Answer, crate::protocol::rewrite::RewriteError> {
         let malformed = |source| crate::protocol::rewrite::RewriteError::Malformed {
             api,
             version,
@@ -237,6 +237,6 @@ impl Upstream {
             header_len,
             &self.listeners,
         )?;
-        Ok(rewritten.unwrap_or(frame))
+        Ok(rewritten.unwrap_or_else(|| Answer::whole(frame)))
     }
 }

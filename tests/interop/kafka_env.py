@@ -361,6 +361,60 @@ def fetch_v12(correlation_id: int, topic: str, partition_max_bytes: int, offset:
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
+def metadata_v12_topic(bootstrap: str, topic: str) -> tuple[dict[int, tuple[str, int]], bytes, dict[int, int]]:
+    """(brokers {id: (host, port)}, the topic's id, {partition: leader}) from Metadata v12."""
+    resp = exchange(bootstrap, metadata_v12(1, topic)[4:], 10)
+    pos = 4
+    pos = _skip_tags(resp, pos)
+    pos += 4  # throttle
+    n, pos = _uvarint(resp, pos)
+    brokers = {}
+    for _ in range(n - 1):
+        node_id = struct.unpack_from(">i", resp, pos)[0]
+        host, pos = _compact_str(resp, pos + 4)
+        port = struct.unpack_from(">i", resp, pos)[0]
+        pos += 4
+        rack_len, pos = _uvarint(resp, pos)
+        pos += max(rack_len - 1, 0)
+        pos = _skip_tags(resp, pos)
+        brokers[node_id] = (host, port)
+    cluster_len, pos = _uvarint(resp, pos)
+    pos += max(cluster_len - 1, 0) + 4  # cluster id, controller id
+    n, pos = _uvarint(resp, pos)
+    assert n == 2, "one topic asked for"
+    error = struct.unpack_from(">h", resp, pos)[0]
+    assert error == 0, f"Metadata error {error} for {topic}"
+    _, pos = _compact_str(resp, pos + 2)
+    topic_id = resp[pos:pos + 16]
+    pos += 16 + 1  # topic id, is_internal
+    n, pos = _uvarint(resp, pos)
+    leaders = {}
+    for _ in range(n - 1):
+        _err, index, leader = struct.unpack_from(">hii", resp, pos)
+        leaders[index] = leader
+        pos += 2 + 4 + 4 + 4  # error, index, leader, leader epoch
+        for _ in range(3):  # replicas, isr, offline replicas
+            count, pos = _uvarint(resp, pos)
+            pos += 4 * max(count - 1, 0)
+        pos = _skip_tags(resp, pos)
+    return brokers, topic_id, leaders
+
+
+def fetch_v17(correlation_id: int, topic_id: bytes, partitions: list[int],
+              partition_max_bytes: int = 1 << 20) -> bytes:
+    """A Fetch v17 request (topic ids; no session, no wait) from offset 0 of `partitions`,
+    size prefix included."""
+    header = struct.pack(">hhih", 1, 17, correlation_id, 6) + b"stream" + b"\x00"
+    body = struct.pack(">iiibii", 0, 1, 8 << 20, 0, 0, -1)  # max wait, min and max bytes, ...
+    body += encode_uvarint(2) + topic_id + encode_uvarint(len(partitions) + 1)
+    for p in partitions:
+        # partition, leader epoch, fetch offset, last fetched epoch, log start, max bytes, tags
+        body += struct.pack(">iiqiqi", p, -1, 0, -1, -1, partition_max_bytes) + b"\x00"
+    body += b"\x00"  # topic tags
+    body += b"\x01" + b"\x01" + b"\x00"  # no forgotten topics, empty rack id, no tags
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
 def api_versions(bootstrap: str, timeout: float = 5.0, version: int = 3,
                  software: tuple[str, str] = ("kshim-interop", "0"),
                  tls: "ssl.SSLContext | None" = None) -> ApiVersionsInfo:

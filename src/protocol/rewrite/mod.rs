@@ -18,6 +18,7 @@ mod share;
 mod testing;
 mod walk;
 
+use crate::protocol::response::Answer;
 use crate::protocol::CodecError;
 use bytes::Bytes;
 pub use fetch_stream::{rewrite_tail as rewrite_fetch_tail, TailScanner as FetchTailScanner};
@@ -112,19 +113,25 @@ pub fn rewrite_body(
     body: &Bytes,
     book: &dyn AddressBook,
 ) -> Result<Option<Bytes>, RewriteError> {
-    rewrite_frame(api, version, body, 0, book)
+    Ok(rewrite_frame(api, version, body, 0, book)?.map(Answer::into_frame))
 }
 
+/// What follows the last change of a rewritten response is passed on in the block
+/// it was read into, rather than copied, from this many bytes: below, one block
+/// (one write) is worth the copy.
+const KEEP_TAIL_FROM_BYTES: usize = 64 << 10;
+
 /// Rewrites the body of a response `frame` (without its size prefix) that starts at
-/// `body_offset`, and returns the whole new frame: header and body copied once, into
-/// one block. Ok(None) when nothing needed changing.
+/// `body_offset`. The new frame's header and rewritten body are copied once, into one
+/// block; a large part after the last change (the topics of a Metadata answer) stays
+/// in `frame`'s block, as the answer's tail. Ok(None) when nothing needed changing.
 pub fn rewrite_frame(
     api: ApiKey,
     version: i16,
-    frame: &[u8],
+    frame: &Bytes,
     body_offset: usize,
     book: &dyn AddressBook,
-) -> Result<Option<Bytes>, RewriteError> {
+) -> Result<Option<Answer>, RewriteError> {
     let Some(layout) = layout(api) else {
         return Ok(None);
     };
@@ -132,10 +139,16 @@ pub fn rewrite_frame(
     if !(min..=max).contains(&version) {
         return Err(RewriteError::UnknownVersion { api, version });
     }
-    let (head, body) = frame.split_at(body_offset.min(frame.len()));
+    let body_offset = body_offset.min(frame.len());
+    let (head, body) = frame.split_at(body_offset);
     let mut walk = Walk::new(body, version >= layout.first_flexible, book);
     (layout.walk)(version, &mut walk).map_err(|stop| stop.into_error(api, version))?;
-    Ok(walk.into_spliced(head).map(Bytes::from))
+    Ok(walk
+        .into_spliced(head, KEEP_TAIL_FROM_BYTES)
+        .map(|(head, end)| Answer {
+            head: Bytes::from(head),
+            tail: frame.slice(body_offset + end..),
+        }))
 }
 
 #[cfg(test)]

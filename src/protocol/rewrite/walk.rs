@@ -280,20 +280,29 @@ impl<'a> Walk<'a> {
     /// The rewritten body, or `None` when nothing changed. The walk may stop before
     /// the end of the body: what follows the last span is copied unread.
     pub(super) fn into_body(self) -> Option<Vec<u8>> {
-        self.into_spliced(&[])
+        self.into_spliced(&[], usize::MAX).map(|(out, _)| out)
     }
 
     /// `head` followed by the rewritten body (the frame's response header, so that
-    /// the body is copied once), or `None` when nothing changed.
-    pub(super) fn into_spliced(self, head: &[u8]) -> Option<Vec<u8>> {
+    /// the body is copied once), or `None` when nothing changed. When at least
+    /// `keep_from` bytes of the body follow its last change, they are left out and
+    /// their offset in the body returned, for the caller to pass on as they are;
+    /// otherwise the offset is the body's end.
+    pub(super) fn into_spliced(self, head: &[u8], keep_from: usize) -> Option<(Vec<u8>, usize)> {
         if self.splices.is_empty() {
             return None;
         }
         let mut splices = self.splices;
         // DescribeCluster's controller id precedes its brokers but is settled after them.
         splices.sort_by_key(|s| s.span.start);
+        let last_change = splices.last().map_or(0, |s| s.span.end);
+        let end = if self.body.len() - last_change >= keep_from {
+            last_change
+        } else {
+            self.body.len()
+        };
         let removed: usize = splices.iter().map(|s| s.span.len()).sum();
-        let mut out = Vec::with_capacity(head.len() + self.body.len() - removed + self.added.len());
+        let mut out = Vec::with_capacity(head.len() + end - removed + self.added.len());
         out.extend_from_slice(head);
         let mut copied = 0;
         // Every span came from positions of a Reader over `self.body`, each covering
@@ -303,8 +312,8 @@ impl<'a> Walk<'a> {
             out.extend_from_slice(&self.added[splice.bytes]);
             copied = splice.span.end;
         }
-        out.extend_from_slice(&self.body[copied..]);
-        Some(out)
+        out.extend_from_slice(&self.body[copied..end]);
+        Some((out, end))
     }
 }
 
@@ -379,9 +388,36 @@ mod tests {
         expected.extend_from_slice(b"kshim.test");
         expected.extend_from_slice(&30001i32.to_be_bytes());
         expected.push(0xaa);
-        let out = w.into_spliced(&[0, 0, 0, 42, 0]).unwrap();
-        assert_eq!(out, expected);
+        let (out, end) = w.into_spliced(&[0, 0, 0, 42, 0], usize::MAX).unwrap();
+        assert_eq!((out.as_slice(), end), (expected.as_slice(), body.len()));
         assert_eq!(out.capacity(), out.len(), "sized exactly, never grown");
+    }
+
+    #[test]
+    fn what_follows_the_last_change_can_be_left_to_pass_on_as_it_came() {
+        let book = TestBook::default();
+        let mut body = vec![0, 0, 0, 1, 2, b'h', 0, 0, 0, 1];
+        body.extend_from_slice(&[0xaa; 100]);
+        let spliced = |keep_from| {
+            let mut w = Walk::new(&body, true, &book);
+            let node_id = w.i32("node_id").unwrap();
+            w.address(node_id).unwrap();
+            w.into_spliced(&[9], keep_from).unwrap()
+        };
+        let mut head = vec![9, 0, 0, 0, 1, 11];
+        head.extend_from_slice(b"kshim.test");
+        head.extend_from_slice(&30001i32.to_be_bytes());
+        let (out, end) = spliced(100);
+        assert_eq!(
+            (out.as_slice(), end),
+            (head.as_slice(), 10),
+            "the 100 bytes left out"
+        );
+        let (out, end) = spliced(101);
+        assert_eq!(
+            (&out[..head.len()], &out[head.len()..], end),
+            (head.as_slice(), &body[10..], body.len())
+        );
     }
 
     #[test]

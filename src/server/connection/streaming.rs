@@ -35,7 +35,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             return Ok(());
         };
         if self.streaming.is_none() {
-            if size < STREAM_FROM_BYTES || self.awaiting.front() != Some(&self.front_seq) {
+            if size < STREAM_FROM_BYTES
+                || self.awaiting.front() != Some(&self.front_seq)
+                || self.kept_whole == Some(self.front_seq)
+            {
                 return Ok(());
             }
             let Some(entry) = self.slots.front_mut() else {
@@ -54,6 +57,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                 }
                 Err(then) => {
                     entry.slot = Slot::Upstream(then);
+                    self.kept_whole = Some(self.front_seq);
                     return Ok(());
                 }
             }
