@@ -35,6 +35,16 @@ def skip_tags(buf: bytes, pos: int) -> int:
     return ke._skip_tags(buf, pos)
 
 
+def read_node(buf: bytes, pos: int) -> tuple[int, str, int, int]:
+    """A flexible node entry (id, host, port, rack, tags), as Metadata's brokers and Fetch's
+    NodeEndpoints lay it out: (node id, host, port, the position after it)."""
+    node_id = struct.unpack_from(">i", buf, pos)[0]
+    host, pos = ke._compact_str(buf, pos + 4)
+    port = struct.unpack_from(">i", buf, pos)[0]
+    rack_len, pos = uvarint(buf, pos + 4)
+    return node_id, host, port, skip_tags(buf, pos + max(rack_len - 1, 0))
+
+
 def parse_fetch_v17(frame: bytes) -> tuple[dict[int, tuple[int, int]], list[tuple[int, str, int]], set[int]]:
     """({partition: (error, record bytes)}, NodeEndpoints [(id, host, port)], top-level tags);
     fails unless the frame is read exactly to its end."""
@@ -68,11 +78,7 @@ def parse_fetch_v17(frame: bytes) -> tuple[dict[int, tuple[int, int]], list[tupl
             inner = frame[pos:pos + size]
             m, q = uvarint(inner, 0)
             for _ in range(m - 1):
-                node_id = struct.unpack_from(">i", inner, q)[0]
-                host, q = ke._compact_str(inner, q + 4)
-                port = struct.unpack_from(">i", inner, q)[0]
-                rack_len, q = uvarint(inner, q + 4)
-                q = skip_tags(inner, q + max(rack_len - 1, 0))
+                node_id, host, port, q = read_node(inner, q)
                 endpoints.append((node_id, host, port))
         pos += size
     assert pos == len(frame), f"the answer ends at {pos}, its frame at {len(frame)}"
@@ -144,11 +150,7 @@ def after_brokers(resp: bytes) -> tuple[dict[int, tuple[str, int]], int]:
     n, pos = uvarint(resp, pos)
     brokers = {}
     for _ in range(n - 1):
-        node_id = struct.unpack_from(">i", resp, pos)[0]
-        host, pos = ke._compact_str(resp, pos + 4)
-        port = struct.unpack_from(">i", resp, pos)[0]
-        rack_len, pos = uvarint(resp, pos + 4)
-        pos = skip_tags(resp, pos + max(rack_len - 1, 0))
+        node_id, host, port, pos = read_node(resp, pos)
         brokers[node_id] = (host, port)
     return brokers, pos
 
