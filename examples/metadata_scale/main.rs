@@ -349,6 +349,15 @@ async fn measure(
     let bytes_ratio =
         legs[1].answer_bytes.unwrap_or(0) as f64 / legs[0].answer_bytes.unwrap_or(1).max(1) as f64;
     let broker_listeners = ports_ready.len().saturating_sub(2);
+    let leg_figures = |i: usize, latency: &serde_json::Value| {
+        json!({
+            "answer_bytes": legs[i].answer_bytes,
+            "latency": latency,
+            "latencies_us": legs[i].latencies_us,
+            "warmup_us": legs[i].warmup_us,
+            "wall_s": legs[i].wall.as_secs_f64(),
+        })
+    };
     let figures = json!({
         "brokers": model.brokers,
         "topics": model.topics,
@@ -357,20 +366,8 @@ async fn measure(
         "version": args.version,
         "clients": args.clients,
         "rounds": args.rounds,
-        "direct": {
-            "answer_bytes": legs[0].answer_bytes,
-            "latency": direct_stats,
-            "latencies_us": legs[0].latencies_us,
-            "warmup_us": legs[0].warmup_us,
-            "wall_s": legs[0].wall.as_secs_f64(),
-        },
-        "through_kshim": {
-            "answer_bytes": legs[1].answer_bytes,
-            "latency": kshim_stats,
-            "latencies_us": legs[1].latencies_us,
-            "warmup_us": legs[1].warmup_us,
-            "wall_s": legs[1].wall.as_secs_f64(),
-        },
+        "direct": leg_figures(0, &direct_stats),
+        "through_kshim": leg_figures(1, &kshim_stats),
         "ratios_kshim_over_direct": {
             "p50": ratio("p50_ms"),
             "mean": ratio("mean_ms"),
