@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 pub enum Stream {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<crate::tls::stream::ClientTls>),
 }
 
 impl Stream {
@@ -20,7 +20,7 @@ impl Stream {
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(s) => s,
-            Stream::Tls(s) => s.get_ref().0,
+            Stream::Tls(s) => s.tcp(),
         }
     }
 }
@@ -42,9 +42,7 @@ pub async fn connect(
             return Ok(Stream::Plain(tcp));
         };
         let name = material.name_for(target)?;
-        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(&material.config));
-        connector
-            .connect(name, tcp)
+        crate::tls::stream::connect(std::sync::Arc::clone(&material.config), name, tcp)
             .await
             .map(|s| Stream::Tls(Box::new(s)))
             .map_err(|e| {

@@ -190,14 +190,8 @@ async fn accept_tls(
     ctx: Arc<Context>,
     addr: SocketAddr,
     deadline: tokio::time::Instant,
-) -> Option<(
-    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
-    Option<Route>,
-)> {
-    let hello = tokio::time::timeout_at(
-        deadline,
-        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),
-    );
+) -> Option<(crate::tls::stream::ServerTls, Option<Route>)> {
+    let hello = tokio::time::timeout_at(deadline, crate::tls::stream::read_client_hello(stream));
     let start = match hello.await {
         Ok(Ok(start)) => start,
         Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),
@@ -205,7 +199,7 @@ async fn accept_tls(
     };
     let mut route = None;
     if let Routing::ByServerName(route_of) = &routing {
-        let name = start.client_hello().server_name().map(str::to_owned);
+        let name = start.server_name().map(str::to_owned);
         let mut found = route_of(name.as_deref());
         if let (NameRoute::NotYetSeen(_), Some(upstream)) = (found, &ctx.upstream) {
             // A broker that just joined, or that another replica has seen already:
@@ -219,16 +213,16 @@ async fn accept_tls(
         match found {
             NameRoute::Found(r) => route = Some(r),
             NameRoute::NotYetSeen(node) => {
-                refuse_server_name(start.io, name, Some(node), addr, &ctx).await;
+                refuse_server_name(start.into_tcp(), name, Some(node), addr, &ctx).await;
                 return None;
             }
             NameRoute::Unrecognized => {
-                refuse_server_name(start.io, name, None, addr, &ctx).await;
+                refuse_server_name(start.into_tcp(), name, None, addr, &ctx).await;
                 return None;
             }
         }
     }
-    match tokio::time::timeout_at(deadline, start.into_stream(config)).await {
+    match tokio::time::timeout_at(deadline, start.accept(config)).await {
         Ok(Ok(stream)) => Some((stream, route)),
         Ok(Err(e)) => handshake_refused(&ctx, addr, Some(e)),
         Err(_) => handshake_refused(&ctx, addr, None),
@@ -421,7 +415,7 @@ pub async fn serve(
                                     peer.route = route;
                                 }
                                 peer.tls = true;
-                                let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+                                let leaf = stream.peer_certificates().and_then(|c| c.first());
                                 if let Some(leaf) = leaf {
                                     match material.principal(leaf) {
                                         Ok(p) => peer.principal = p,

@@ -5,6 +5,7 @@
 //!   config, client authentication, and the principal of a client certificate.
 //! - `client`: kshim's own connections to the upstream cluster.
 //! - `files`: bounded reads of certificates, keys and stores.
+//! - `stream`: a TLS session over TCP that holds no buffer while idle.
 //!
 //! Material is built and checked aside, then swapped in whole: a handshake that
 //! starts after the swap uses it, established connections keep theirs, and
@@ -14,6 +15,7 @@ pub mod client;
 mod files;
 pub mod principal;
 pub mod server;
+pub mod stream;
 
 pub use client::ClientTlsMaterial;
 pub use files::read_bounded;
