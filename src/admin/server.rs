@@ -153,8 +153,8 @@ pub async fn serve(
                             serve_connection(TokioIo::new(stream), router, caller, busy).await;
                         }
                         Some(material) => {
-                            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&material.config));
-                            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            let accepting = crate::tls::stream::accept(Arc::clone(&material.config), stream);
+                            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accepting).await {
                                 Ok(Ok(s)) => s,
                                 Ok(Err(e)) => {
                                     tracing::debug!(%peer, "admin: TLS handshake failed: {e}");
@@ -165,7 +165,7 @@ pub async fn serve(
                                     return;
                                 }
                             };
-                            let leaf = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+                            let leaf = stream.peer_certificates().and_then(|c| c.first());
                             let principal = match leaf.map(|l| material.principal(l)) {
                                 None => None,
                                 Some(Ok(p)) => Some(p),

@@ -234,8 +234,7 @@ async fn get(admin: &AdminArgs, path: &str) -> Result<Value> {
         .trim_matches(|c| c == '[' || c == ']');
     let name = rustls::pki_types::ServerName::try_from(host.to_owned())
         .with_context(|| format!("{host} is not a host name or address"))?;
-    let tls = tokio_rustls::TlsConnector::from(material.config)
-        .connect(name, stream)
+    let tls = kshim::tls::stream::connect(material.config, name, stream)
         .await
         .with_context(|| format!("TLS with the admin API at {authority} failed"))?;
     exchange(tls, authority, path, token.as_deref()).await

@@ -5,19 +5,20 @@
 //! rustls's buffered connection keeps a 4 KiB read buffer for as long as the
 //! connection lives, and reads at most 4 KiB per system call. On rustls's
 //! unbuffered API kshim owns the buffers instead: ciphertext is read in blocks
-//! that grow to 64 KiB while records keep coming, and every buffer (the
+//! of up to 64 KiB, and every buffer (the
 //! ciphertext read, the plaintext not yet taken, the ciphertext not yet sent)
 //! is given back when a read finds the socket empty with nothing held, which
 //! is where an idle connection waits. What stays is rustls's session state
 //! (keys, the state machine): about 3.4 KiB per side, against about 7.7 KiB
 //! with the buffered connection.
 //!
-//! The bounds: ciphertext read is at most 64 KiB, or 128 KiB while a
-//! handshake message (up to 64 KiB, as rustls allows) is being joined; a write
+//! The bounds: a read makes room for 64 KiB of ciphertext beyond what is
+//! pending (less than a record between reads, or a handshake message of up
+//! to 64 KiB being joined, as rustls allows: 128 KiB in all at most); a write
 //! takes at most 64 KiB of plaintext and takes nothing more until the
-//! ciphertext of the one before is on the socket (rustls's buffered connection
-//! held the same 64 KiB); plaintext not yet taken is at most what one read of
-//! ciphertext decrypts to.
+//! ciphertext of the one before is on the socket (rustls's buffered
+//! connection held the same 64 KiB); plaintext not yet taken is at most what
+//! one read of ciphertext decrypts to.
 //!
 //! Owns the socket and the TLS records in both directions. Knows nothing of
 //! Kafka; which certificates and which peers are accepted is the configs'
@@ -37,11 +38,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-/// The first read after the connection was idle; reads grow by doubling
-/// while each one fills the room it had.
-const FIRST_READ: usize = 4096;
-/// The most ciphertext read at once while records keep coming.
-const MAX_READ: usize = 64 * 1024;
+/// Room for each read of ciphertext: up to four records at once.
+const READ_ROOM: usize = 64 * 1024;
 /// Room for one handshake message of up to 64 KiB (what rustls accepts) and
 /// the headers of the records it spans.
 const MAX_JOINED: usize = 128 * 1024;
@@ -55,6 +53,9 @@ const RECORD_PLAINTEXT: usize = 16 * 1024;
 /// Room reserved per record for its header, tag and content type; a cipher
 /// that needs more is told by rustls and given it.
 const RECORD_OVERHEAD: usize = 64;
+/// The largest send buffer a runtime thread keeps for the next connection
+/// that writes (see [`Outgoing`]).
+const SPARE_MAX: usize = MAX_WRITE + 8 * RECORD_OVERHEAD;
 
 /// The stream of a client's connection to a kshim listener.
 pub type ServerTls = TlsStream<UnbufferedServerConnection>;
@@ -297,7 +298,7 @@ impl<S: Session> TlsStream<S> {
         if let Some(alert) = out.unsent() {
             let _ = tcp.try_write(alert);
         }
-        *out = Outgoing::default();
+        std::mem::take(out).give_back();
         io::Error::new(io::ErrorKind::InvalidData, error)
     }
 
@@ -310,13 +311,9 @@ impl<S: Session> TlsStream<S> {
                 self.release_idle();
                 return Poll::Pending;
             }
-            let room = self.incoming.room()?;
-            let size = room.len();
-            match self.tcp.try_read(room) {
-                Ok(n) => {
-                    self.incoming.filled(n, size);
-                    return Poll::Ready(Ok(n));
-                }
+            let buf = self.incoming.room()?;
+            match self.tcp.try_read_buf(buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
             }
@@ -355,7 +352,7 @@ impl<S: Session> TlsStream<S> {
             self.incoming = Incoming::default();
         }
         if self.out.unsent().is_none() {
-            self.out = Outgoing::default();
+            std::mem::take(&mut self.out).give_back();
         }
     }
 }
@@ -381,24 +378,24 @@ fn encrypt<D>(
     let mut gathered: Vec<u8> = Vec::new();
     let mut taken = 0;
     for buf in bufs {
-        let data = &buf[..buf.len().min(MAX_WRITE - taken)];
-        if data.is_empty() {
-            continue;
-        }
-        if gathered.len() + data.len() <= RECORD_PLAINTEXT {
-            gathered.extend_from_slice(data);
-        } else {
-            if !gathered.is_empty() {
+        let mut data = &buf[..buf.len().min(MAX_WRITE - taken)];
+        taken += data.len();
+        // A small slice, or the start of a large one after small ones, fills
+        // the record being gathered.
+        if !gathered.is_empty() || data.len() < RECORD_PLAINTEXT {
+            let fill = (RECORD_PLAINTEXT - gathered.len()).min(data.len());
+            gathered.extend_from_slice(&data[..fill]);
+            data = &data[fill..];
+            if gathered.len() == RECORD_PLAINTEXT {
                 seal(&gathered, out)?;
                 gathered.clear();
             }
-            if data.len() < RECORD_PLAINTEXT {
-                gathered.extend_from_slice(data);
-            } else {
-                seal(data, out)?;
-            }
         }
-        taken += data.len();
+        if data.len() >= RECORD_PLAINTEXT {
+            seal(data, out)?;
+        } else {
+            gathered.extend_from_slice(data);
+        }
         if taken == MAX_WRITE {
             break;
         }
@@ -542,6 +539,8 @@ pub struct ClientHello {
 /// Reads a client's ClientHello from `tcp`. An error names what was wrong;
 /// a malformed hello is answered with rustls's alert first.
 pub async fn read_client_hello(mut tcp: TcpStream) -> io::Result<ClientHello> {
+    /// A ClientHello is a few hundred bytes; a larger one takes more reads.
+    const HELLO_READ: usize = 4096;
     let mut acceptor = Acceptor::default();
     let mut bytes = Vec::new();
     loop {
@@ -552,7 +551,7 @@ pub async fn read_client_hello(mut tcp: TcpStream) -> io::Result<ClientHello> {
                 "a ClientHello larger than 128 KiB",
             ));
         }
-        bytes.resize(at + FIRST_READ, 0);
+        bytes.resize(at + HELLO_READ, 0);
         let n = tcp.read(&mut bytes[at..]).await?;
         bytes.truncate(at + n);
         if n == 0 {
@@ -617,74 +616,59 @@ pub async fn accept(config: Arc<rustls::ServerConfig>, tcp: TcpStream) -> io::Re
     read_client_hello(tcp).await?.accept(config).await
 }
 
-/// Ciphertext read and not yet processed: `buf[start..end]`.
+/// Ciphertext read and not yet processed: `buf[start..]`. Reads go into the
+/// buffer's spare capacity, which is never zeroed first.
 #[derive(Default)]
 struct Incoming {
     buf: Vec<u8>,
     start: usize,
-    end: usize,
-    /// The last read filled the room it had: the next gets twice as much.
-    grow: bool,
 }
 
 impl Incoming {
     fn holding(bytes: Vec<u8>) -> Self {
-        let end = bytes.len();
         Incoming {
             buf: bytes,
             start: 0,
-            end,
-            grow: false,
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.start == self.end
+        self.start == self.buf.len()
     }
 
     fn pending_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.end]
+        &mut self.buf[self.start..]
     }
 
     fn discard(&mut self, n: usize) {
-        self.start = (self.start + n).min(self.end);
-        if self.start == self.end {
+        self.start = (self.start + n).min(self.buf.len());
+        if self.is_empty() {
+            self.buf.clear();
             self.start = 0;
-            self.end = 0;
         }
     }
 
-    /// Room for the next read, compacting and growing as needed.
-    fn room(&mut self) -> io::Result<&mut [u8]> {
-        if self.start > 0 && self.buf.len() - self.end < MAX_RECORD {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
+    /// The buffer, with room for the next read: at least a read's worth, or
+    /// twice what is pending while one handshake message spans more than
+    /// that.
+    fn room(&mut self) -> io::Result<&mut Vec<u8>> {
+        let pending = self.buf.len() - self.start;
+        if self.start > 0 && self.buf.capacity() - self.buf.len() < MAX_RECORD {
+            self.buf.drain(..self.start);
             self.start = 0;
         }
-        let mut size = self.buf.len().max(FIRST_READ);
-        if std::mem::take(&mut self.grow) {
-            size = (size * 2).min(MAX_READ).max(size);
-        }
-        if self.end == size {
-            // One message fills the buffer: a record or a handshake message
-            // that spans records, not yet whole.
-            if size >= MAX_JOINED {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "a TLS message larger than 128 KiB",
-                ));
-            }
-            size = (size * 2).min(MAX_JOINED);
-        }
-        if size > self.buf.len() {
-            self.buf.resize(size, 0);
-        }
-        Ok(&mut self.buf[self.end..])
-    }
-
-    fn filled(&mut self, n: usize, room: usize) {
-        self.end += n;
-        self.grow = n == room && self.buf.len() < MAX_READ;
+        let want = if pending < READ_ROOM / 2 {
+            READ_ROOM - pending
+        } else if pending < MAX_JOINED {
+            pending.min(MAX_JOINED - pending)
+        } else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a TLS message larger than 128 KiB",
+            ));
+        };
+        self.buf.reserve(want);
+        Ok(&mut self.buf)
     }
 }
 
@@ -724,24 +708,50 @@ impl Plain {
     }
 }
 
-/// Ciphertext to send: `buf[sent..]`.
+/// Ciphertext to send: `buf[sent..end]`. The buffer is written by rustls,
+/// which wants initialized room: it is zeroed once when it grows, and kept at
+/// its size; a connection gone idle hands it to its runtime thread, for the
+/// next connection there that writes (one buffer of at most `SPARE_MAX` per
+/// thread), so that a connection that writes once per wake-up does not zero
+/// a fresh buffer every time. The buffer only ever holds ciphertext.
 #[derive(Default)]
 struct Outgoing {
     buf: Vec<u8>,
     sent: usize,
+    end: usize,
+}
+
+thread_local! {
+    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 impl Outgoing {
     fn unsent(&self) -> Option<&[u8]> {
-        (self.sent < self.buf.len()).then(|| &self.buf[self.sent..])
+        (self.sent < self.end).then(|| &self.buf[self.sent..self.end])
     }
 
     fn sent(&mut self, n: usize) {
         self.sent += n;
-        if self.sent == self.buf.len() {
-            self.buf.clear();
+        if self.sent == self.end {
             self.sent = 0;
+            self.end = 0;
         }
+    }
+
+    /// Gives the buffer to this thread's spare, if it is empty and the
+    /// spare is smaller.
+    fn give_back(self) {
+        if self.buf.len() > SPARE_MAX || self.buf.is_empty() {
+            return;
+        }
+        let _ = SPARE.try_with(|spare| {
+            let kept = spare.take();
+            spare.set(if kept.len() >= self.buf.len() {
+                kept
+            } else {
+                self.buf
+            });
+        });
     }
 
     /// Appends what `write` puts into the room it is given (`hint` bytes,
@@ -751,20 +761,21 @@ impl Outgoing {
         hint: usize,
         mut write: impl FnMut(&mut [u8]) -> Result<usize, Option<usize>>,
     ) -> Result<(), ()> {
-        let len = self.buf.len();
+        if self.buf.is_empty() {
+            self.buf = SPARE.try_with(|spare| spare.take()).unwrap_or_default();
+        }
         let mut room = hint;
         loop {
-            self.buf.resize(len + room, 0);
-            match write(&mut self.buf[len..]) {
+            if self.buf.len() < self.end + room {
+                self.buf.resize(self.end + room, 0);
+            }
+            match write(&mut self.buf[self.end..]) {
                 Ok(n) => {
-                    self.buf.truncate(len + n);
+                    self.end += n;
                     return Ok(());
                 }
                 Err(Some(needed)) if needed > room => room = needed,
-                Err(_) => {
-                    self.buf.truncate(len);
-                    return Err(());
-                }
+                Err(_) => return Err(()),
             }
         }
     }
