@@ -53,9 +53,6 @@ const RECORD_PLAINTEXT: usize = 16 * 1024;
 /// Room reserved per record for its header, tag and content type; a cipher
 /// that needs more is told by rustls and given it.
 const RECORD_OVERHEAD: usize = 64;
-/// The largest send buffer a runtime thread keeps for the next connection
-/// that writes (see [`Outgoing`]).
-const SPARE_MAX: usize = MAX_WRITE + 8 * RECORD_OVERHEAD;
 
 /// The stream of a client's connection to a kshim listener.
 pub type ServerTls = TlsStream<UnbufferedServerConnection>;
@@ -298,7 +295,7 @@ impl<S: Session> TlsStream<S> {
         if let Some(alert) = out.unsent() {
             let _ = tcp.try_write(alert);
         }
-        std::mem::take(out).give_back();
+        *out = Outgoing::default();
         io::Error::new(io::ErrorKind::InvalidData, error)
     }
 
@@ -352,7 +349,7 @@ impl<S: Session> TlsStream<S> {
             self.incoming = Incoming::default();
         }
         if self.out.unsent().is_none() {
-            std::mem::take(&mut self.out).give_back();
+            self.out = Outgoing::default();
         }
     }
 }
@@ -667,7 +664,9 @@ impl Incoming {
                 "a TLS message larger than 128 KiB",
             ));
         };
-        self.buf.reserve(want);
+        // Exact: a buffer of one size, allocated again after every idle
+        // spell, is one the allocator reuses.
+        self.buf.reserve_exact(want);
         Ok(&mut self.buf)
     }
 }
@@ -708,21 +707,14 @@ impl Plain {
     }
 }
 
-/// Ciphertext to send: `buf[sent..end]`. The buffer is written by rustls,
-/// which wants initialized room: it is zeroed once when it grows, and kept at
-/// its size; a connection gone idle hands it to its runtime thread, for the
-/// next connection there that writes (one buffer of at most `SPARE_MAX` per
-/// thread), so that a connection that writes once per wake-up does not zero
-/// a fresh buffer every time. The buffer only ever holds ciphertext.
+/// Ciphertext to send: `buf[sent..end]`. rustls writes into initialized
+/// room, so the buffer is zeroed when it grows, and kept at its size while
+/// the connection is busy (given back when it goes idle).
 #[derive(Default)]
 struct Outgoing {
     buf: Vec<u8>,
     sent: usize,
     end: usize,
-}
-
-thread_local! {
-    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 impl Outgoing {
@@ -738,22 +730,6 @@ impl Outgoing {
         }
     }
 
-    /// Gives the buffer to this thread's spare, if it is empty and the
-    /// spare is smaller.
-    fn give_back(self) {
-        if self.buf.len() > SPARE_MAX || self.buf.is_empty() {
-            return;
-        }
-        let _ = SPARE.try_with(|spare| {
-            let kept = spare.take();
-            spare.set(if kept.len() >= self.buf.len() {
-                kept
-            } else {
-                self.buf
-            });
-        });
-    }
-
     /// Appends what `write` puts into the room it is given (`hint` bytes,
     /// or what it says it needs); `Err(None)` from `write` fails.
     fn append(
@@ -761,9 +737,6 @@ impl Outgoing {
         hint: usize,
         mut write: impl FnMut(&mut [u8]) -> Result<usize, Option<usize>>,
     ) -> Result<(), ()> {
-        if self.buf.is_empty() {
-            self.buf = SPARE.try_with(|spare| spare.take()).unwrap_or_default();
-        }
         let mut room = hint;
         loop {
             if self.buf.len() < self.end + room {
