@@ -40,6 +40,9 @@ use tokio::net::TcpStream;
 
 /// Room for each read of ciphertext: up to four records at once.
 const READ_ROOM: usize = 64 * 1024;
+/// Room for each read during the handshake, whose flights are small; a
+/// larger message (a long certificate chain) makes it grow.
+const HANDSHAKE_READ_ROOM: usize = 8 * 1024;
 /// Room for one handshake message of up to 64 KiB (what rustls accepts) and
 /// the headers of the records it spans.
 const MAX_JOINED: usize = 128 * 1024;
@@ -159,6 +162,10 @@ impl<S: Session> TlsStream<S> {
             let next = self.step(None, Action::None)?.0;
             ready!(self.poll_send(cx))?;
             if !self.session.common().is_handshaking() {
+                // Freed here, on the thread that allocated them (the
+                // handshake threads): a block freed by another thread waits
+                // for its owner to allocate again before its page can go.
+                self.release_idle();
                 return Poll::Ready(Ok(()));
             }
             if matches!(next, Next::End) || ready!(self.poll_fill(cx))? == 0 {
@@ -308,7 +315,12 @@ impl<S: Session> TlsStream<S> {
                 self.release_idle();
                 return Poll::Pending;
             }
-            let buf = self.incoming.room()?;
+            let room = if self.session.common().is_handshaking() {
+                HANDSHAKE_READ_ROOM
+            } else {
+                READ_ROOM
+            };
+            let buf = self.incoming.room(room)?;
             match self.tcp.try_read_buf(buf) {
                 Ok(n) => return Poll::Ready(Ok(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -429,6 +441,14 @@ impl<S: Session> AsyncRead for TlsStream<S> {
             this.try_send()?;
             let (next, _) = this.step(Some(buf), Action::None)?;
             if buf.filled().len() > before || buf.remaining() == 0 {
+                // Every record read was taken: the ciphertext buffer goes now,
+                // not at the next read, which a client that reads only when it
+                // expects an answer (kshim's own connections to the brokers)
+                // may not make for a long time. Reads allocate it again
+                // without zeroing it.
+                if this.incoming.is_empty() {
+                    this.incoming = Incoming::default();
+                }
                 return Poll::Ready(Ok(()));
             }
             match next {
@@ -648,14 +668,14 @@ impl Incoming {
     /// The buffer, with room for the next read: at least a read's worth, or
     /// twice what is pending while one handshake message spans more than
     /// that.
-    fn room(&mut self) -> io::Result<&mut Vec<u8>> {
+    fn room(&mut self, size: usize) -> io::Result<&mut Vec<u8>> {
         let pending = self.buf.len() - self.start;
         if self.start > 0 && self.buf.capacity() - self.buf.len() < MAX_RECORD {
             self.buf.drain(..self.start);
             self.start = 0;
         }
-        let want = if pending < READ_ROOM / 2 {
-            READ_ROOM - pending
+        let want = if pending < size / 2 {
+            size - pending
         } else if pending < MAX_JOINED {
             pending.min(MAX_JOINED - pending)
         } else {

@@ -189,6 +189,32 @@ async fn an_idle_stream_holds_no_buffer() {
 }
 
 #[tokio::test]
+async fn a_client_that_reads_only_its_answers_keeps_no_read_buffer() {
+    let pki = pki();
+    let (client, server) = pair().await;
+    let config = Arc::clone(&pki.server);
+    let served = tokio::spawn(async move { echo(accept(config, server).await.unwrap()).await });
+    let mut tls = connect(Arc::clone(&pki.client), localhost(), client)
+        .await
+        .unwrap();
+    for size in [10, 5_000, 100_000] {
+        let data = pattern(size);
+        tls.write_all(&data).await.unwrap();
+        let mut back = vec![0u8; size];
+        tls.read_exact(&mut back).await.unwrap();
+        assert!(back == data);
+        // No read waits after the answer, as with kshim's own client.
+        assert_eq!(
+            tls.incoming.buf.capacity(),
+            0,
+            "after an answer of {size} bytes"
+        );
+    }
+    tls.shutdown().await.unwrap();
+    served.await.unwrap();
+}
+
+#[tokio::test]
 async fn a_key_update_from_the_peer_is_answered() {
     let pki = pki();
     let (client, server) = pair().await;
