@@ -87,6 +87,18 @@ async fn echo<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
     s.shutdown().await.unwrap();
 }
 
+/// kshim's stream connected to an echo server on kshim's stream.
+async fn echo_pair() -> (ClientTls, tokio::task::JoinHandle<()>) {
+    let pki = pki();
+    let (client, server) = pair().await;
+    let config = Arc::clone(&pki.server);
+    let served = tokio::spawn(async move { echo(accept(config, server).await.unwrap()).await });
+    let tls = connect(Arc::clone(&pki.client), localhost(), client)
+        .await
+        .unwrap();
+    (tls, served)
+}
+
 /// Sends `data` in writes of varied sizes and reads the echo back.
 async fn round_trip<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, data: Vec<u8>) {
     let (mut r, mut w) = tokio::io::split(s);
@@ -144,26 +156,14 @@ async fn connects_to_a_buffered_server() {
 
 #[tokio::test]
 async fn both_sides_unbuffered() {
-    let pki = pki();
-    let (client, server) = pair().await;
-    let config = Arc::clone(&pki.server);
-    let served = tokio::spawn(async move { echo(accept(config, server).await.unwrap()).await });
-    let tls = connect(Arc::clone(&pki.client), localhost(), client)
-        .await
-        .unwrap();
+    let (tls, served) = echo_pair().await;
     round_trip(tls, pattern(1 << 20)).await;
     served.await.unwrap();
 }
 
 #[tokio::test]
 async fn an_idle_stream_holds_no_buffer() {
-    let pki = pki();
-    let (client, server) = pair().await;
-    let config = Arc::clone(&pki.server);
-    let served = tokio::spawn(async move { echo(accept(config, server).await.unwrap()).await });
-    let mut tls = connect(Arc::clone(&pki.client), localhost(), client)
-        .await
-        .unwrap();
+    let (mut tls, served) = echo_pair().await;
     let data = pattern(200_000);
     tls.write_all(&data).await.unwrap();
     tls.flush().await.unwrap();
@@ -190,13 +190,7 @@ async fn an_idle_stream_holds_no_buffer() {
 
 #[tokio::test]
 async fn a_client_that_reads_only_its_answers_keeps_no_read_buffer() {
-    let pki = pki();
-    let (client, server) = pair().await;
-    let config = Arc::clone(&pki.server);
-    let served = tokio::spawn(async move { echo(accept(config, server).await.unwrap()).await });
-    let mut tls = connect(Arc::clone(&pki.client), localhost(), client)
-        .await
-        .unwrap();
+    let (mut tls, served) = echo_pair().await;
     for size in [10, 5_000, 100_000] {
         let data = pattern(size);
         tls.write_all(&data).await.unwrap();
