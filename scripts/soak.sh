@@ -4,7 +4,8 @@
 #
 #   scripts/soak.sh                 30 minutes, every fault kind twice
 #   scripts/soak.sh --minutes 120   longer
-#   scripts/soak.sh --quick         3 minutes, every fault kind once, shorter faults
+#   scripts/soak.sh --quick         every fault kind once, shorter and back to back; the load ends
+#                                   15 s after the last fault healed (about 3 minutes, at most 5)
 #   options: --mbps N (bulk load, MiB/s), --seed N (repeat a schedule), --out DIR (report),
 #            --pin (kshim on the last CPU, brokers and clients on the others)
 #

@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import queue
+import random
 import re
 import shutil
 import signal
@@ -178,22 +179,50 @@ def tail(path: Path, lines: int = 40) -> str:
 # ports
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that were free a moment ago."""
-    socks = []
+def _listener_port_range() -> range | None:
+    """Where the tests' listeners take their ports: below the kernel's ephemeral range. A port
+    that bind(0) found free is an ephemeral port, which any connection on the machine may take
+    as its source port before the listener binds it (the test command runs two pytest workers,
+    the soak and the shared brokers at once: it happened). None when the range leaves too
+    little room below it."""
     try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return range(10000, low) if low >= 20000 else None
 
 
-def free_port() -> int:
-    return free_ports(1)[0]
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int, following: int = 0) -> list[int]:
+    """`count` distinct loopback ports that were free a moment ago, each with the `following`
+    ports after it free too (kshim's per-broker listeners default to the listen port + 1 + the
+    node id). Drawn at random below the ephemeral range, so that no connection takes one."""
+    ports: list[int] = []
+    span = _listener_port_range()
+    rng = random.Random()
+    while len(ports) < count:
+        if span is None:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        else:
+            port = rng.randrange(span.start, span.stop - following)
+        taken = set(range(port, port + following + 1)) & {q for p in ports for q in range(p, p + following + 1)}
+        if not taken and all(_bindable(q) for q in range(port, port + following + 1)):
+            ports.append(port)
+    return ports
+
+
+def free_port(following: int = 0) -> int:
+    return free_ports(1, following)[0]
 
 
 def port_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
@@ -1909,7 +1938,8 @@ class KshimProcess:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kshim-"))
         self.data_dir = self.workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
+        # Without port_base, kshim listens for node N on the listen port + 1 + N (nodes 1-3 here).
+        self.port = port or free_port(following=4 if upstream is not None and port_base is None else 0)
         self.config_path = self.workdir / "kshim.toml"
         self.upstream = upstream
         self.listener_ports = dict(listener_ports or {})

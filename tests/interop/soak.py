@@ -86,7 +86,7 @@ OWN_P999_MS = 5.0
 @dataclass
 class Profile:
     """How long, how much, and how long each fault lasts."""
-    seconds: int
+    seconds: int  # how long the load runs; with back_to_back, the longest it may run
     records_per_s: int
     linger_ms: int  # the bulk producer's
     probe_per_s: int
@@ -99,7 +99,10 @@ class Profile:
     flood_s: float
     grace_s: float  # after a fault heals, clients may still be recovering for this long
     gap_s: float  # at least this long between one fault's healing and the next fault
-    back_to_back: bool = False  # each fault as soon as the last one healed, the longest kinds first
+    # Each fault as soon as the last one healed, the longest kinds first, and the load ends tail_s
+    # after the last one healed: a quick run takes what its faults take on this machine (a
+    # broker roll is 50 s on a quiet machine and 75 s beside the test command), within `seconds`.
+    back_to_back: bool = False
     # Whether the latency invariants (the ack p99 against direct, kshim's own time) decide the
     # outcome: they need a machine that is not saturated, and a three-minute run beside other
     # work (the test command) cannot tell 1-2 ms from waiting for a core. There they are
@@ -110,7 +113,7 @@ class Profile:
 
 def profile(minutes: float, quick: bool, mbps: float | None, lean_brokers: bool = False) -> Profile:
     if quick:
-        return Profile(seconds=180, records_per_s=int((mbps or 0.125) * 1024), linger_ms=20, probe_per_s=20,
+        return Profile(seconds=300, records_per_s=int((mbps or 0.125) * 1024), linger_ms=20, probe_per_s=20,
                        warmup_s=20,
                        tail_s=15, repeats=1, kill_down_s=2, pause_s=10, leader_stop_s=10, flood_s=10,
                        grace_s=10, gap_s=3, back_to_back=True, judge_performance=False, lean_brokers=True)
@@ -1181,8 +1184,9 @@ def start_instances(kafka: ke.KafkaCluster, certs: ts.Certs, trust: Path, out: P
 
 
 def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: list[Instance], certs: ts.Certs,
-               out: Path) -> tuple[ke.BackgroundJava, float]:
-    """The Java client load, and the moment its first second began (time.time())."""
+               out: Path, stop_file: Path) -> tuple[ke.BackgroundJava, float]:
+    """The Java client load, and the moment its first second began (time.time()). The load ends
+    after prof.seconds, or once `stop_file` exists."""
     jars = ke.release_jars(RELEASE)
     classes = ke.compile_java(SOAK_SRC, jars=jars)
     props = ts.java_ssl(certs, keystore=certs.alice_keystore)
@@ -1190,7 +1194,8 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
     java = ke.BackgroundJava(
         ["Soak", "--bootstrap", ",".join(i.bootstrap for i in instances), "--direct", kafka.bootstrap,
          "--seconds", str(prof.seconds), "--records-per-s", str(prof.records_per_s),
-         "--linger-ms", str(prof.linger_ms), "--probe-per-s", str(prof.probe_per_s), *prop_args],
+         "--linger-ms", str(prof.linger_ms), "--probe-per-s", str(prof.probe_per_s),
+         "--stop-file", str(stop_file), *prop_args],
         workdir=out, name="clients", extra_classpath=[classes], log_config=ke.CLIENTS_LOG4J, jars=jars,
         jvm_args=["-Xmx1g"] if quick else ["-Xmx1g", "-XX:TieredStopAtLevel=4"])
     if not ke.wait_until(lambda: read_java(java.stdout_path)[0] or not java.alive(), 120, 0.2) or not java.alive():
@@ -1221,7 +1226,7 @@ def run_faults(faults: Faults, planned: list, prof: Profile, t0: float) -> None:
         next_free = time.time() + prof.gap_s
 
 
-def report(out: Path, prof: Profile, seed: int, t0: float, rec: Recorder, inv: dict, final: dict,
+def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: Recorder, inv: dict, final: dict,
            ticks: list[dict], cpu: dict, pinned: str | None) -> dict:
     """Writes summary.json, samples.json, the plots and summary.md; returns the summary."""
     summary = {
@@ -1238,7 +1243,7 @@ def report(out: Path, prof: Profile, seed: int, t0: float, rec: Recorder, inv: d
     pngs = plots(out, rec, ticks, t0, prof.grace_s)
     commit = os.popen(f"git -C {ke.REPO_ROOT} rev-parse --short HEAD 2>/dev/null").read().strip()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)), "commit": commit or "unknown",
-            "duration": f"{prof.seconds} s", "seed": seed,
+            "duration": f"{load_s:.0f} s", "seed": seed,
             "load": f"{prof.records_per_s} records/s of 1 KiB (acks=all, idempotent, linger {prof.linger_ms} ms) "
                     f"through kshim over TLS; probe {prof.probe_per_s}/s through kshim and direct; "
                     f"{CHURN_PER_MIN} short-lived connections/min; UpdateFeatures every {UPDATE_EVERY_S:g} s",
@@ -1281,7 +1286,9 @@ def run(args) -> int:
         time.sleep(12)  # as before the sample after the load (below)
         broker_ports = {ke.split_hostport(b)[1] for b in kafka.bootstrap.split(",")}
         idle_before = idle_sample(instances, broker_ports)
-        java, t0 = start_load(prof, args.quick, kafka, instances, certs, out)
+        stop_file = out / "load.stop"
+        stop_file.unlink(missing_ok=True)
+        java, t0 = start_load(prof, args.quick, kafka, instances, certs, out, stop_file)
         if pinning is not None:
             pinning.java_pid = java.proc.pid
         log("client load running")
@@ -1294,16 +1301,22 @@ def run(args) -> int:
         # to see whether the instances agree again.
         last_heal = max((f.get("healed", 0) for f in rec.faults), default=0)
         time.sleep(max(0.0, last_heal + CONVERGE_S + 1 - time.time()))
+        load_end = t0 + prof.seconds
+        if prof.back_to_back:
+            load_end = min(load_end, max(last_heal, t0 + prof.warmup_s) + prof.tail_s)
+            time.sleep(max(0.0, load_end - time.time()))
+            stop_file.touch()
         log("waiting for the client load to end and to check what it consumed")
         # What each part cost, up to the end of the load (the drain's consuming excluded).
-        ke.wait_until(lambda: time.time() > t0 + prof.seconds or not java.alive(), prof.seconds + 60, 0.5)
+        ke.wait_until(lambda: time.time() > load_end or not java.alive(), max(0.0, load_end - time.time()) + 60, 0.5)
+        load_end = min(time.time(), max(load_end, t0))
         cpu = {
             "brokers": rec.cpu.get("brokers", 0.0) + sum(cpu_seconds(n.pid) for n in kafka.nodes),
             "kshim": rec.cpu.get("kshim", 0.0) + sum(cpu_seconds(i.kshim.pid) for i in instances),
             "client JVM": cpu_seconds(java.proc.pid),
             "this driver": sum(os.times()[:2]),
         }
-        res = java.wait(prof.seconds + 400 - (time.time() - t0))
+        res = java.wait(400)
         activity.close()
         activity = None
         # Every client has left: the instances' connections to the clients must be closed, and
@@ -1337,7 +1350,7 @@ def run(args) -> int:
             "idle_after": idle_after}))
         inv = evaluate(rec, ticks, errors, final, prof, t0, planned, {i.name: i.kshim.log_text() for i in instances},
                        idle_before, idle_after)
-        report(out, prof, seed, t0, rec, inv, final, ticks, cpu, pinning.describe() if pinning else None)
+        report(out, prof, seed, t0, load_end - t0, rec, inv, final, ticks, cpu, pinning.describe() if pinning else None)
         held = decided(inv)
         for name, v in inv.items():
             log(f"{'held  ' if v['held'] else 'not held (advisory)' if v.get('advisory') else 'BROKEN'} "
@@ -1364,7 +1377,8 @@ def run(args) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30, help="how long the load runs (default 30)")
-    ap.add_argument("--quick", action="store_true", help="3 minutes, every fault kind once, shorter faults")
+    ap.add_argument("--quick", action="store_true",
+                    help="every fault kind once, shorter and back to back: about 3 minutes, at most 5")
     ap.add_argument("--mbps", type=float, help="bulk load in MiB/s (default 5; 0.125 with --quick)")
     ap.add_argument("--lean-brokers", action="store_true",
                     help="brokers with the C1 compiler and the serial collector, half the CPU (always with --quick)")

@@ -334,17 +334,6 @@ def test_every_shell_block_is_run_or_marked():
     assert not problems, "\n".join(problems)
 
 
-def port_is_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def env_kind(run: str) -> str:
     return "serve FILE" if run.startswith("serve ") and run != "serve+admin" else run
 
@@ -472,7 +461,7 @@ def start_env(run: str, page: Page, block: Block, request, kshim_factory, etc: P
     if kind == "upstream":
         kafka = request.getfixturevalue("kafka_broker")
         # Flags only, as the README runs it: the bootstrap on PORT and node 1 on PORT + 2.
-        port = next(p for p in iter(ke.free_port, None) if port_is_free(p + 2))
+        port = ke.free_port(following=2)
         data = Path(tempfile.mkdtemp(prefix="kshim-docs-"))
         log = open(data / "kshim.log", "wb")
         proc = subprocess.Popen([str(ke.require_kshim_binary()), "serve", "--upstream", kafka.bootstrap,

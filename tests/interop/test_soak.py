@@ -1,6 +1,6 @@
 """The soak's quick run, as a user runs it: `scripts/soak.sh --quick` starts three Kafka 4.4.0
 brokers, three kshim instances sharing state with TLS, and the client load, runs every kind of
-fault once in three minutes, and writes its report. Every invariant must hold, and the report
+fault once, back to back (about three minutes), and writes its report. Every invariant must hold, and the report
 must hold what docs/operations.md says it holds. scripts/test.sh starts the run beside the
 interop tests (KSHIM_SOAK_RUN), so that its four minutes are not the last the suite waits for;
 run alone, this test starts it.

@@ -3,7 +3,10 @@
 //
 //   Soak --bootstrap KSHIMS --direct BROKERS --seconds S --records-per-s R [--size BYTES]
 //        [--keys K] [--linger-ms L] [--probe-per-s P] [--drain-s D] [--admin-every-ms MS]
-//        [--prop k=v ...]
+//        [--stop-file PATH] [--prop k=v ...]
+//
+// The load runs for S seconds, or until PATH exists if that comes first (the driver ends a
+// quick run once its faults have healed).
 //
 // Through kshim (the --prop settings, such as TLS, apply to these clients only):
 //   - a producer (acks=all, idempotent, linger L ms) writes R keyed records/s of BYTES to soak-data; record
@@ -24,6 +27,8 @@
 //   {"kind":"final",...}           after S seconds and the drain: acked, lost, out_of_order
 // Exit 0 once the final line is printed, 2 when the load could not start.
 
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.BitSet;
@@ -402,7 +407,11 @@ public class Soak {
             }
         }));
 
-        Thread.sleep(seconds * 1000L);
+        long loadEnds = System.currentTimeMillis() + seconds * 1000L;
+        Path stopFile = args.containsKey("--stop-file") ? Path.of(args.get("--stop-file")) : null;
+        while (System.currentTimeMillis() < loadEnds && (stopFile == null || !Files.exists(stopFile))) {
+            Thread.sleep(200);
+        }
         producing.set(false);
         bulkThread.join(10_000);
         probeThread.join(10_000);
