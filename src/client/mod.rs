@@ -93,6 +93,12 @@ impl KafkaClient {
         &self.addr
     }
 
+    /// Whether the broker has closed this connection (a restart, a broker
+    /// gone): a client held for later is then only a dead descriptor.
+    pub fn ended_by_peer(&self) -> bool {
+        self.framed.get_ref().ended_by_peer()
+    }
+
     /// Sends one request and returns the response body (after its header).
     pub async fn request(
         &mut self,

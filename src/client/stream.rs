@@ -23,6 +23,37 @@ impl Stream {
             Stream::Tls(s) => s.tcp(),
         }
     }
+
+    /// Whether the peer has ended the connection: its FIN or a reset has
+    /// arrived, whatever bytes are still unread (a TLS peer's close_notify
+    /// among them). Asks the kernel for the TCP state; reads nothing.
+    pub fn ended_by_peer(&self) -> bool {
+        tcp_state(self.tcp()).is_some_and(|state| state != TCP_ESTABLISHED)
+    }
+}
+
+/// `TCP_ESTABLISHED` of the kernel's TCP states (include/net/tcp_states.h).
+const TCP_ESTABLISHED: u8 = 1;
+
+/// The socket's TCP state (`tcpi_state` of `TCP_INFO`); None when the kernel
+/// does not say.
+fn tcp_state(tcp: &TcpStream) -> Option<u8> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain data, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for as long as `tcp` is borrowed, and the
+    // kernel writes at most `len` bytes into `info`.
+    let rc = unsafe {
+        libc::getsockopt(
+            tcp.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && len >= 1).then_some(info.tcpi_state)
 }
 
 /// Connects to `target` (HOST:PORT) and, with `tls`, completes the handshake;
@@ -129,5 +160,36 @@ pub fn keepalive(tcp: &TcpStream) {
         .with_retries(6);
     if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&probes) {
         tracing::debug!("TCP keepalive not set: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_the_peer_closed_is_seen_ended_without_a_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let stream = connect(&addr, Duration::from_secs(5), None).await.unwrap();
+        let (peer, _) = listener.accept().await.unwrap();
+        assert!(!stream.ended_by_peer());
+        // Bytes waiting unread do not end it; the peer's FIN does.
+        let mut peer = peer.into_std().unwrap();
+        io::Write::write_all(&mut peer, b"unread").unwrap();
+        tokio::time::timeout(Duration::from_secs(5), stream.tcp().readable())
+            .await
+            .expect("the peer's bytes never arrived")
+            .unwrap();
+        assert!(!stream.ended_by_peer());
+        drop(peer);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !stream.ended_by_peer() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the peer's FIN never showed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

@@ -112,26 +112,40 @@ impl StateLog {
         version: i16,
         body: &[u8],
     ) -> Result<Bytes, LogError> {
-        if !self.clients.contains_key(addr) {
-            let client = control_connection(&[addr.to_owned()], &self.link).await?;
-            self.clients.insert(addr.to_owned(), client);
-        }
-        let Some(client) = self.clients.get_mut(addr) else {
-            return Err(LogError::Timeout(format!("{addr}: no connection")));
+        // Connections the brokers have closed (a restart, a leader that moved
+        // and then restarted) go now, not at their next request, which for a
+        // broker that no longer leads may never come: each held one is a
+        // descriptor.
+        self.clients.retain(|_, client| !client.ended_by_peer());
+        let answer = match self.clients.get_mut(addr) {
+            Some(client) => client.request(api, version, body).await,
+            None => match control_connection(&[addr.to_owned()], &self.link).await {
+                Ok(client) => {
+                    let client = self.clients.entry(addr.to_owned()).or_insert(client);
+                    client.request(api, version, body).await
+                }
+                Err(e) => {
+                    self.unreachable(addr);
+                    return Err(e.into());
+                }
+            },
         };
-        match client.request(api, version, body).await {
-            Ok(raw) => Ok(raw),
-            Err(e) => {
-                self.clients.remove(addr);
-                if self.leader.as_deref() == Some(addr) {
-                    self.leader = None;
-                }
-                Err(UpstreamError::Broken {
-                    target: addr.to_owned(),
-                    reason: e.to_string(),
-                }
-                .into())
+        answer.map_err(|e| {
+            self.unreachable(addr);
+            UpstreamError::Broken {
+                target: addr.to_owned(),
+                reason: e.to_string(),
             }
+            .into()
+        })
+    }
+
+    /// `addr` could not be reached or failed a request: its connection goes,
+    /// and if it was the partition's leader, the leader is looked up again.
+    fn unreachable(&mut self, addr: &str) {
+        self.clients.remove(addr);
+        if self.leader.as_deref() == Some(addr) {
+            self.leader = None;
         }
     }
 
@@ -189,6 +203,12 @@ impl StateLog {
             .iter()
             .map(|(id, b)| (*id, b.address()))
             .collect();
+        // Only the brokers of the cluster as it is now, and the bootstrap
+        // addresses, keep a connection: addresses that left (a broker replaced
+        // under a new address) would otherwise be held for ever.
+        let (brokers, bootstrap) = (&self.brokers, &self.bootstrap);
+        self.clients
+            .retain(|addr, _| brokers.values().any(|b| b == addr) || bootstrap.contains(addr));
         Ok(answer)
     }
 

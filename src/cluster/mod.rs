@@ -433,13 +433,42 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A pause before trying again after another instance wrote first: grows
-/// with the attempt and is spread by the clock's nanoseconds, so that
-/// instances that collided do not collide again in step.
-pub fn retry_pause(attempt: u32) -> Duration {
-    let spread = std::time::SystemTime::now()
+/// The pause before trying again after another instance took the writer role
+/// in the middle of this one's change (`lost` is how long the lost attempt
+/// ran): one to two times as long as that attempt, spread by the clock's
+/// nanoseconds, and longer with each attempt. The instance that took the role
+/// last then has the time to commit before this one takes it back; with a
+/// pause much shorter than an attempt, two instances changing the state at
+/// once took the role from each other in turn until one gave up (seen in the
+/// soak: seven times each in four seconds, under load).
+pub fn retry_pause(attempt: u32, lost: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        % 40;
-    Duration::from_millis(10 * u64::from(attempt.min(10)) + u64::from(spread))
+        .map_or(0, |d| d.subsec_nanos());
+    let spread = f64::from(nanos % 1000) / 1000.0;
+    let floor = Duration::from_millis(10 * u64::from(attempt.min(10)));
+    floor + lost.min(MAX_CONTENDED_ATTEMPT).mul_f64(1.0 + spread)
+}
+
+/// What `retry_pause` takes of a lost attempt at most: an attempt that ran
+/// longer waited on the brokers (a leader moving), not on the other writer.
+const MAX_CONTENDED_ATTEMPT: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_attempt_pauses_at_least_as_long_as_it_ran() {
+        let lost = Duration::from_millis(500);
+        for attempt in 1..=12 {
+            let pause = retry_pause(attempt, lost);
+            let floor = Duration::from_millis(10 * u64::from(attempt.min(10)));
+            assert!(pause >= floor + lost, "{pause:?}");
+            assert!(pause < floor + lost * 2, "{pause:?}");
+        }
+        // An attempt that waited on the brokers for long is not a measure of the
+        // other writer.
+        assert!(retry_pause(1, Duration::from_secs(30)) < Duration::from_millis(2010));
+    }
 }

@@ -363,6 +363,7 @@ impl Registry {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let started = std::time::Instant::now();
             let mut turn = node.turn(deadline).await.map_err(|e| {
                 ChangeError::Shared(format!(
                     "the kshim cluster's shared state could not be read: {e}"
@@ -380,7 +381,8 @@ impl Registry {
                 Ok(()) => break,
                 Err(crate::cluster::LogError::Fenced) if attempt < SHARED_ATTEMPTS => {
                     drop(turn);
-                    tokio::time::sleep(crate::cluster::retry_pause(attempt)).await;
+                    let pause = crate::cluster::retry_pause(attempt, started.elapsed());
+                    tokio::time::sleep_until((deadline.min(std::time::Instant::now() + pause)).into()).await;
                 }
                 Err(e) => {
                     return Err(ChangeError::Shared(format!(

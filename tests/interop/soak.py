@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -348,6 +349,7 @@ def idle_sample(instances: list["Instance"], broker_ports: set[int]) -> dict[str
             "open": metric_sum(text, "kshim_connections_open") if status == 200 else -1,
             "anon_kib": proc_status_kib(pid, "RssAnon"),
             **descriptors(pid, broker_ports),
+            "fd_kinds": descriptor_kinds(pid),
             "threads": proc_status_kib(pid, "Threads"),
             "anon_by_kind": anon_breakdown(pid),
         }
@@ -360,6 +362,42 @@ def descriptors(pid: int, broker_ports: set[int]) -> dict[str, int]:
     total = len(os.listdir(f"/proc/{pid}/fd"))
     to_brokers = len(ke._socket_inodes(pid) & {inode for _, _, inode in ke.established_to(broker_ports, None)})
     return {"fds": total - to_brokers, "to_brokers": to_brokers}
+
+
+def descriptor_kinds(pid: int) -> dict[str, int]:
+    """The process's descriptors counted by what they are: a TCP socket by its state and its
+    remote port, a socket that no TCP table lists (closed, or not TCP) apart, anything else by
+    its link with the numbers taken out. Named in a descriptor invariant that did not hold."""
+    tcp = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if len(cols) > 9:
+                    tcp[cols[9]] = f"tcp {TCP_STATES.get(cols[3], cols[3])} to :{int(cols[2].rsplit(':', 1)[1], 16)}"
+        except OSError:
+            continue
+    kinds: dict[str, int] = {}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return kinds
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            kind = tcp.get(target[8:-1], "socket in no TCP table")
+        else:
+            kind = re.sub(r"\d+", "N", target)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+# /proc/net/tcp's state column.
+TCP_STATES = {"01": "established", "02": "syn-sent", "06": "time-wait", "07": "closed", "08": "close-wait",
+              "09": "last-ack", "0A": "listen", "04": "fin-wait-1", "05": "fin-wait-2", "0B": "closing"}
 
 
 def anon_breakdown(pid: int) -> dict[str, int]:
@@ -908,6 +946,11 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
                 f"{after['anon_kib'] / 1024:.1f} MiB ({where(before)} -> {where(after)}), descriptors "
                 f"{before['fds']} -> {after['fds']} and to the brokers {before['to_brokers']} -> "
                 f"{after['to_brokers']} (bound: {UPSTREAM_PER_BROKER} a broker), threads {before['threads']} -> {after['threads']}")
+        if not fds_ok:
+            grew = {k: after["fd_kinds"].get(k, 0) - before["fd_kinds"].get(k, 0)
+                    for k in set(before["fd_kinds"]) | set(after["fd_kinds"])}
+            note += " (descriptors that came: " + (", ".join(
+                f"{n} {k}" for k, n in sorted(grew.items()) if n > 0) or "none by kind") + ")"
         notes.append(note)
         if not (heap_ok and anon_ok and fds_ok):
             bad.append(note)

@@ -83,6 +83,7 @@ async fn run(ctx: &Context, peer: &Peer, request: Incoming) -> Result<(Bytes, bo
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let started = Instant::now();
             let outcome = match ctx.controller.begin(wait).await {
                 Err(busy) => Outcome::Decided(Err(busy)),
                 Ok(section) => {
@@ -108,7 +109,8 @@ async fn run(ctx: &Context, peer: &Peer, request: Incoming) -> Result<(Bytes, bo
             let lost =
                 matches!(&outcome, Outcome::Decided(Err(r)) if r.reason == Reason::WriterLost);
             if lost && attempt < WRITER_ATTEMPTS && Instant::now() < call.deadline {
-                tokio::time::sleep(crate::cluster::retry_pause(attempt)).await;
+                let pause = crate::cluster::retry_pause(attempt, started.elapsed());
+                tokio::time::sleep_until(call.deadline.min(Instant::now() + pause).into()).await;
                 continue;
             }
             break outcome;
