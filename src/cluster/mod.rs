@@ -441,13 +441,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// pause much shorter than an attempt, two instances changing the state at
 /// once took the role from each other in turn until one gave up (seen in the
 /// soak: seven times each in four seconds, under load).
-pub fn retry_pause(attempt: u32, lost: Duration) -> Duration {
+fn retry_pause(attempt: u32, lost: Duration) -> Duration {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let spread = f64::from(nanos % 1000) / 1000.0;
     let floor = Duration::from_millis(10 * u64::from(attempt.min(10)));
     floor + lost.min(MAX_CONTENDED_ATTEMPT).mul_f64(1.0 + spread)
+}
+
+/// Waits `retry_pause` after an attempt begun at `started` lost the writer
+/// role, but not past `deadline`: both retry loops (UpdateFeatures and the
+/// shared config change) call this.
+pub async fn pause_after_lost_role(attempt: u32, started: Instant, deadline: Instant) {
+    let pause = retry_pause(attempt, started.elapsed());
+    tokio::time::sleep_until(deadline.min(Instant::now() + pause).into()).await;
 }
 
 /// What `retry_pause` takes of a lost attempt at most: an attempt that ran

@@ -381,8 +381,7 @@ impl Registry {
                 Ok(()) => break,
                 Err(crate::cluster::LogError::Fenced) if attempt < SHARED_ATTEMPTS => {
                     drop(turn);
-                    let pause = crate::cluster::retry_pause(attempt, started.elapsed());
-                    tokio::time::sleep_until((deadline.min(std::time::Instant::now() + pause)).into()).await;
+                    crate::cluster::pause_after_lost_role(attempt, started, deadline).await;
                 }
                 Err(e) => {
                     return Err(ChangeError::Shared(format!(

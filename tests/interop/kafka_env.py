@@ -1639,10 +1639,10 @@ def _socket_inodes(pid: int) -> set[str]:
     return out
 
 
-def established_to(ports: set[int], state: str | None = "01") -> list[tuple[int, int, str]]:
-    """Established loopback TCP sockets whose remote port is in `ports`:
-    [(local_port, remote_port, inode)], i.e. the client ends of connections to those ports.
-    `state=None` takes them in any state (closing ones too)."""
+def tcp_sockets() -> list[tuple[int, int, str, str]]:
+    """Every TCP socket of the machine's /proc/net/tcp and tcp6:
+    [(local_port, remote_port, state, inode)], the state as the table's hex column ("01" is
+    established)."""
     out = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -1651,11 +1651,17 @@ def established_to(ports: set[int], state: str | None = "01") -> list[tuple[int,
             continue
         for line in lines:
             cols = line.split()
-            if len(cols) > 9 and (state is None or cols[3] == state):
-                rport = int(cols[2].rsplit(":", 1)[1], 16)
-                if rport in ports:
-                    out.append((int(cols[1].rsplit(":", 1)[1], 16), rport, cols[9]))
+            if len(cols) > 9:
+                out.append((int(cols[1].rsplit(":", 1)[1], 16), int(cols[2].rsplit(":", 1)[1], 16), cols[3], cols[9]))
     return out
+
+
+def established_to(ports: set[int], state: str | None = "01") -> list[tuple[int, int, str]]:
+    """Established loopback TCP sockets whose remote port is in `ports`:
+    [(local_port, remote_port, inode)], i.e. the client ends of connections to those ports.
+    `state=None` takes them in any state (closing ones too)."""
+    return [(local, remote, inode) for local, remote, st, inode in tcp_sockets()
+            if remote in ports and (state is None or st == state)]
 
 
 class MockCluster:

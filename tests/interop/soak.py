@@ -368,15 +368,7 @@ def descriptor_kinds(pid: int) -> dict[str, int]:
     """The process's descriptors counted by what they are: a TCP socket by its state and its
     remote port, a socket that no TCP table lists (closed, or not TCP) apart, anything else by
     its link with the numbers taken out. Named in a descriptor invariant that did not hold."""
-    tcp = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            for line in Path(table).read_text().splitlines()[1:]:
-                cols = line.split()
-                if len(cols) > 9:
-                    tcp[cols[9]] = f"tcp {TCP_STATES.get(cols[3], cols[3])} to :{int(cols[2].rsplit(':', 1)[1], 16)}"
-        except OSError:
-            continue
+    tcp = {inode: f"tcp {TCP_STATES.get(state, state)} to :{remote}" for _, remote, state, inode in ke.tcp_sockets()}
     kinds: dict[str, int] = {}
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
@@ -1352,7 +1344,7 @@ def run(args) -> int:
         log("waiting for the client load to end and to check what it consumed")
         # What each part cost, up to the end of the load (the drain's consuming excluded).
         ke.wait_until(lambda: time.time() > load_end or not java.alive(), max(0.0, load_end - time.time()) + 60, 0.5)
-        load_end = min(time.time(), max(load_end, t0))
+        load_end = min(time.time(), load_end)
         cpu = {
             "brokers": rec.cpu.get("brokers", 0.0) + sum(cpu_seconds(n.pid) for n in kafka.nodes),
             "kshim": rec.cpu.get("kshim", 0.0) + sum(cpu_seconds(i.kshim.pid) for i in instances),

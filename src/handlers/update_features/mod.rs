@@ -109,8 +109,7 @@ async fn run(ctx: &Context, peer: &Peer, request: Incoming) -> Result<(Bytes, bo
             let lost =
                 matches!(&outcome, Outcome::Decided(Err(r)) if r.reason == Reason::WriterLost);
             if lost && attempt < WRITER_ATTEMPTS && Instant::now() < call.deadline {
-                let pause = crate::cluster::retry_pause(attempt, started.elapsed());
-                tokio::time::sleep_until(call.deadline.min(Instant::now() + pause).into()).await;
+                crate::cluster::pause_after_lost_role(attempt, started, call.deadline).await;
                 continue;
             }
             break outcome;
