@@ -5,7 +5,8 @@
 #     1. scripts/install-deps.sh  (Debian packages, Python venv, Kafka jars, Go clients)
 #     2. the shared Kafka brokers start in the background (tests/interop/brokers.py), while
 #     3. cargo test --no-run      builds kshim, the tests and the examples they run
-#     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests)
+#     4. cargo test --release     (unit, property, fixture, bad-input, fuzz-smoke and crash tests;
+#                                 the test harnesses at opt-level 0, see scripts/test-rustc)
 #     5. scripts/fuzz.sh          (builds the libFuzzer targets, kshim instrumented and every other
 #                                 crate the one step 3 built, and runs each 5 s from its seeds), at
 #                                 the lowest CPU priority beside step 6, whose tests mostly wait on
@@ -118,6 +119,9 @@ fi
 # tls_bench; the benchmarks' scripts build their own), into the directory cargo chooses
 # (CARGO_TARGET_DIR, a cargo config's build.target-dir, or ./target): the interop tests, the soak
 # and the fuzz script look there (KSHIM_TARGET_DIR).
+# Test harnesses compile at opt-level 0, the code they test at opt-level 3 (scripts/test-rustc
+# says why). Every cargo command here runs with it, so that none rebuilds what another built.
+export RUSTC_WORKSPACE_WRAPPER="$ROOT/scripts/test-rustc"
 build_all() {
   timeout 1500 cargo test --release --no-run --lib --bins --tests &&
     timeout 900 cargo build --release --example differential --example tls_bench
