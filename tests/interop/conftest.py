@@ -82,12 +82,17 @@ def pytest_collection_modifyitems(config, items):
 
 _module_seconds: dict[str, float] = defaultdict(float)
 _module_tests: dict[str, int] = defaultdict(int)
+# Under --dist loadgroup a test's node id ends with "@" and its group: each group runs in one
+# worker, so the longest group bounds the stage's wall time however the rest is spread.
+_group_seconds: dict[str, float] = defaultdict(float)
 
 
 def pytest_runtest_logreport(report):
     # Called in the process that prints the summary, also for tests that xdist's workers ran.
     module = report.nodeid.split("::", 1)[0]
     _module_seconds[module] += report.duration
+    if "@" in report.nodeid:
+        _group_seconds[report.nodeid.rsplit("@", 1)[1]] += report.duration
     if report.when == "call" or (report.when == "setup" and not report.passed):
         _module_tests[module] += 1
 
@@ -98,6 +103,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.section("time per module (setup, tests and teardown)")
     for module, seconds in sorted(_module_seconds.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{seconds:8.1f} s  {_module_tests[module]:4d} tests  {module}")
+    if _group_seconds:
+        terminalreporter.section("time per xdist group (each runs in one worker)")
+        for group, seconds in sorted(_group_seconds.items(), key=lambda kv: -kv[1])[:8]:
+            terminalreporter.write_line(f"{seconds:8.1f} s  {group}")
     out = config.getoption("--module-times")
     if out:
         Path(out).write_text(

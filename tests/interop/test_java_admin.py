@@ -99,8 +99,29 @@ def assert_error(results: dict[str, dict], feature: str, error: str, message: st
 
 @pytest.fixture(scope="module")
 def admin_broker(kafka_clusters):
-    """A broker of its own: these tests change its finalized features."""
-    cluster = kafka_clusters.start(1)
+    """A broker of its own: these tests change its finalized features. It has StandardAuthorizer
+    too, for the authorization tests: PLAIN users on a SASL listener, no ACLs, admin is super;
+    its PLAINTEXT listener, the other tests', is User:ANONYMOUS, a super user (one broker for
+    both saves a broker's start, about 20 s)."""
+    users = " ".join(f'user_{u}="{p}"' for u, p in SASL_USERS.items())
+    cluster = kafka_clusters.start(
+        1,
+        extra_ports=1,
+        listener_overrides={
+            "listeners": "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},CLIENT://127.0.0.1:{extra0}",
+            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port},CLIENT://127.0.0.1:{extra0}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
+        },
+        extra_properties={
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.client.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # The plaintext listeners carry the node's own traffic and the admin tests' (ANONYMOUS).
+            "super.users": "User:ANONYMOUS;User:admin",
+        },
+    )
     yield cluster
     cluster.cleanup()
 
@@ -446,29 +467,10 @@ def sasl_props(user: str) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def authz_broker(kafka_clusters):
-    """A broker with StandardAuthorizer: PLAIN users on a SASL listener, no ACLs, admin is super."""
-    users = " ".join(f'user_{u}="{p}"' for u, p in SASL_USERS.items())
-    cluster = kafka_clusters.start(
-        1,
-        extra_ports=1,
-        listener_overrides={
-            "listeners": "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},CLIENT://127.0.0.1:{extra0}",
-            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port},CLIENT://127.0.0.1:{extra0}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
-        },
-        extra_properties={
-            "sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.client.plain.sasl.jaas.config": (
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-            ),
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            # The plaintext listeners carry only the node's own traffic (ANONYMOUS).
-            "super.users": "User:ANONYMOUS;User:admin",
-        },
-    )
-    yield cluster
-    cluster.cleanup()
+def authz_broker(admin_broker, baseline):
+    """The admin tests' broker, at its baseline levels."""
+    reset_broker(Target("broker", admin_broker.bootstrap), baseline)
+    return admin_broker
 
 
 def _check_refused_then_allowed(refused: Target, allowed: Target) -> None:
