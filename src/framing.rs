@@ -189,6 +189,14 @@ pub struct Outbox<T = u32> {
     flushed: bool,
 }
 
+/// `frame` with its size prefix.
+pub fn prefixed(frame: &[u8]) -> Bytes {
+    let mut out = bytes::BytesMut::with_capacity(4 + frame.len());
+    out.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+    out.extend_from_slice(frame);
+    out.freeze()
+}
+
 impl<T> Default for Outbox<T> {
     fn default() -> Self {
         Outbox {
@@ -244,6 +252,18 @@ impl<T: Copy> Outbox<T> {
 
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Whether the queue keeps room, though empty, from its last burst.
+    pub fn keeps_room(&self) -> bool {
+        self.queue.is_empty() && self.queue.capacity() > 0
+    }
+
+    /// Frees the room an empty queue kept from its last burst.
+    pub fn free_room(&mut self) {
+        if self.queue.is_empty() {
+            self.queue = VecDeque::new();
+        }
     }
 
     /// Frames not yet written whole.
@@ -468,5 +488,29 @@ mod tests {
         assert_eq!(seen, want);
         assert_eq!(done, vec![(1, 3), (2, 6), (1, 10)]);
         assert_eq!(outbox.bytes(), 0);
+    }
+
+    #[test]
+    fn an_empty_outbox_frees_the_room_of_its_last_burst_and_a_busy_one_keeps_its_frames() {
+        let mut outbox = Outbox::default();
+        assert!(!outbox.keeps_room(), "a new outbox has no room to free");
+        outbox.push_unprefixed(Bytes::from_static(b"abc"), 1, Instant::now());
+        outbox.free_room();
+        assert_eq!(outbox.bytes(), 7, "a queued frame stays");
+        assert!(
+            !outbox.keeps_room(),
+            "an outbox with frames keeps no idle room"
+        );
+        let mut sink = tokio::io::sink();
+        assert!(outbox
+            .poll_write(&mut sink, &mut cx(), |_, _, _| {})
+            .is_ready());
+        assert!(outbox.is_empty());
+        assert!(
+            outbox.keeps_room(),
+            "the written frame's room stays until freed"
+        );
+        outbox.free_room();
+        assert!(!outbox.keeps_room());
     }
 }

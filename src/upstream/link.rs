@@ -190,6 +190,19 @@ impl UpstreamLink {
         self.outbox.bytes()
     }
 
+    /// Whether its queues, though empty, keep room from their last burst.
+    pub fn keeps_room(&self) -> bool {
+        self.outbox.keeps_room() || (self.waiting.is_empty() && self.waiting.capacity() > 0)
+    }
+
+    /// Frees the room its empty queues kept from their last burst.
+    pub fn free_room(&mut self) {
+        self.outbox.free_room();
+        if self.waiting.is_empty() {
+            self.waiting = VecDeque::new();
+        }
+    }
+
     /// Since when the oldest request that is unwritten or unanswered has waited.
     pub fn oldest(&self) -> Option<Instant> {
         match (self.waiting.front().map(|w| w.since), self.outbox.oldest()) {
