@@ -689,6 +689,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         }
     }
 
+    /// Whether the connection's empty queues keep room from their last burst.
+    fn keeps_idle_room(&self) -> bool {
+        let link = self.link.as_ref().is_some_and(UpstreamLink::keeps_room);
+        self.slots.capacity() + self.awaiting.capacity() > 0 || self.out.keeps_room() || link
+    }
+
     /// Frees the room the connection's empty queues kept from their last burst.
     fn free_idle_room(&mut self) {
         self.slots.shrink_to_fit();
@@ -759,12 +765,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             }
         }
         let mut wake = due.map(|(at, _)| at);
-        let link_room = self.link.as_ref().is_some_and(|l| l.keeps_room());
-        if idle
-            && (self.slots.capacity() + self.awaiting.capacity() > 0
-                || self.out.keeps_room()
-                || link_room)
-        {
+        if idle && self.keeps_idle_room() {
             let at = self.last_activity + FREE_IDLE_ROOM_AFTER;
             if now < at {
                 wake = Some(wake.map_or(at, |w| w.min(at)));
