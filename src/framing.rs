@@ -16,6 +16,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Room made for a read between frames: small frames arrive several to a read.
 const READ_CHUNK: usize = 16 * 1024;
+/// What a reader without a buffer reads first, on the stack.
+const PROBE: usize = 512;
 
 /// Slices handed to one vectored write.
 const MAX_SLICES: usize = 64;
@@ -34,6 +36,9 @@ pub struct FrameReader {
     /// When the bytes of a frame not yet whole began to arrive (or its size was
     /// granted, after a wait for the grant).
     partial_since: Option<Instant>,
+    /// The read buffer, set aside while the body of a frame larger than it is
+    /// read into a block of the body's size (then `buf`).
+    spare: Option<BytesMut>,
     eof: bool,
 }
 
@@ -45,6 +50,7 @@ impl FrameReader {
             granted: None,
             taken: 0,
             partial_since: None,
+            spare: None,
             eof: false,
         }
     }
@@ -80,13 +86,23 @@ impl FrameReader {
                 self.taken = 0;
                 self.partial_since.get_or_insert_with(Instant::now);
                 self.buf.advance(4);
-                // One read can take the whole body.
-                self.buf.reserve(size.saturating_sub(self.buf.len()));
+                if size > self.buf.capacity() && !self.buf.try_reclaim(size - self.buf.len()) {
+                    // A block of the body's size, which one read can fill and
+                    // no read can run past; the read buffer waits for the
+                    // frames after it.
+                    let mut body = BytesMut::with_capacity(size);
+                    body.extend_from_slice(&self.buf);
+                    self.buf.clear();
+                    self.spare = Some(std::mem::replace(&mut self.buf, body));
+                }
             }
             if let Some(size) = self.granted {
                 let rest = size - self.taken;
                 if self.buf.len() >= rest {
-                    let frame = self.buf.split_to(rest).freeze();
+                    let frame = match self.spare.take() {
+                        Some(spare) => std::mem::replace(&mut self.buf, spare).freeze(),
+                        None => self.buf.split_to(rest).freeze(),
+                    };
                     self.granted = None;
                     self.taken = 0;
                     self.partial_since = (!self.buf.is_empty()).then(Instant::now);
@@ -102,18 +118,17 @@ impl FrameReader {
                     Err(FrameError::TruncatedAtEof(arrived))
                 });
             }
-            if self.buf.capacity() - self.buf.len() < 512 {
-                self.buf.reserve(READ_CHUNK);
-            }
-            let n = match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, &mut self.buf) {
-                Poll::Ready(n) => n?,
-                Poll::Pending => {
-                    // Between frames, an idle connection keeps no buffer.
-                    if self.buf.is_empty() && self.granted.is_none() {
-                        self.buf = BytesMut::new();
-                    }
-                    return Poll::Pending;
+            let n = if self.buf.capacity() == 0 {
+                ready!(self.poll_probe(io, cx))?
+            } else {
+                if self.spare.is_none() && self.buf.capacity() - self.buf.len() < 512 {
+                    self.buf.reserve(READ_CHUNK);
                 }
+                ready!(tokio_util::io::poll_read_buf(
+                    Pin::new(&mut *io),
+                    cx,
+                    &mut self.buf
+                ))?
             };
             if n == 0 {
                 self.eof = true;
@@ -125,6 +140,39 @@ impl FrameReader {
 }
 
 impl FrameReader {
+    /// Reads without a buffer (its room was freed while idle): into a few bytes
+    /// on the stack, so that a read that finds nothing allocates nothing; what
+    /// it finds starts a new buffer.
+    fn poll_probe<S: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<usize>> {
+        let mut probe = [0u8; PROBE];
+        let mut read = tokio::io::ReadBuf::new(&mut probe);
+        ready!(Pin::new(io).poll_read(cx, &mut read))?;
+        let arrived = read.filled();
+        if !arrived.is_empty() {
+            self.buf.reserve(READ_CHUNK);
+            self.buf.extend_from_slice(arrived);
+        }
+        Poll::Ready(Ok(arrived.len()))
+    }
+
+    /// Whether it keeps a read buffer with nothing in it, from its last frames.
+    pub fn keeps_room(&self) -> bool {
+        self.granted.is_none() && self.buf.is_empty() && self.buf.capacity() > 0
+    }
+
+    /// Frees that buffer. The buffer stays between the frames of a busy
+    /// connection (a read that finds nothing yet costs no allocation), and
+    /// goes once the connection is idle.
+    pub fn free_room(&mut self) {
+        if self.keeps_room() {
+            self.buf = BytesMut::new();
+        }
+    }
+
     /// The frame being read, once its size was granted and before it is whole:
     /// its body size, and the bytes of its body that arrived and were not
     /// taken yet (they start at body offset [`FrameReader::taken`]).
@@ -430,6 +478,71 @@ mod tests {
             reader.poll_frame(&mut b, &mut cx(), grant),
             Poll::Ready(Err(FrameError::TruncatedAtEof(6)))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_busy_reader_keeps_its_buffer_and_an_idle_one_reads_without_one() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let mut reader = FrameReader::new(64);
+        let grant = |_: usize, _: &mut Context<'_>| Poll::Ready(());
+        assert!(reader.poll_frame(&mut b, &mut cx(), grant).is_pending());
+        assert_eq!(
+            reader.buf.capacity(),
+            0,
+            "a read that found nothing made no buffer"
+        );
+        a.write_all(&[0, 0, 0, 1, 7]).await.unwrap();
+        assert!(
+            matches!(reader.poll_frame(&mut b, &mut cx(), grant), Poll::Ready(Ok(Some(f))) if f[..] == [7])
+        );
+        assert!(reader.poll_frame(&mut b, &mut cx(), grant).is_pending());
+        assert!(reader.keeps_room(), "the buffer stays between frames");
+        reader.free_room();
+        assert!(!reader.keeps_room());
+        assert!(reader.poll_frame(&mut b, &mut cx(), grant).is_pending());
+        assert_eq!(reader.buf.capacity(), 0, "nor after its room was freed");
+        a.write_all(&[0, 0, 0, 2, 8, 9]).await.unwrap();
+        assert!(
+            matches!(reader.poll_frame(&mut b, &mut cx(), grant), Poll::Ready(Ok(Some(f))) if f[..] == [8, 9])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_frame_larger_than_the_read_buffer_has_a_block_of_its_own() {
+        let size = READ_CHUNK * 3 + 5;
+        let body: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        let mut wire = (size as u32).to_be_bytes().to_vec();
+        wire.extend_from_slice(&body);
+        wire.extend_from_slice(&[0, 0, 0, 1, 42]);
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let writer = tokio::spawn(async move { a.write_all(&wire).await.map(|()| a) });
+        let mut reader = FrameReader::new(size);
+        let mut parts = Vec::new();
+        let frame = std::future::poll_fn(|cx| loop {
+            match reader.poll_frame(&mut b, cx, |_, _| Poll::Ready(())) {
+                Poll::Pending => match reader.take_arrived(size / 2) {
+                    Some(part) => parts.push(part),
+                    None => return Poll::Pending,
+                },
+                other => return other,
+            }
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(reader.taken(), 0);
+        let mut whole: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(whole.len(), size / 2, "taken up to the offset asked");
+        whole.extend_from_slice(&frame);
+        assert!(whole == body, "the frame arrives whole and in order");
+        assert!(reader.spare.is_none());
+        assert!(
+            reader.buf.capacity() <= READ_CHUNK,
+            "the read buffer is back"
+        );
+        let _a = writer.await.unwrap().unwrap();
+        let next = std::future::poll_fn(|cx| reader.poll_frame(&mut b, cx, |_, _| Poll::Ready(())));
+        assert!(matches!(next.await, Ok(Some(f)) if f[..] == [42]));
     }
 
     #[tokio::test]

@@ -692,7 +692,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     /// Whether the connection's empty queues keep room from their last burst.
     fn keeps_idle_room(&self) -> bool {
         let link = self.link.as_ref().is_some_and(UpstreamLink::keeps_room);
-        self.slots.capacity() + self.awaiting.capacity() > 0 || self.out.keeps_room() || link
+        let queues = self.slots.capacity() + self.awaiting.capacity() > 0 || self.out.keeps_room();
+        queues || self.frames.keeps_room() || link
     }
 
     /// Frees the room the connection's empty queues kept from their last burst.
@@ -700,6 +701,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         self.slots.shrink_to_fit();
         self.awaiting.shrink_to_fit();
         self.out.free_room();
+        self.frames.free_room();
         if let Some(link) = &mut self.link {
             link.free_room();
         }

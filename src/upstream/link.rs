@@ -192,12 +192,15 @@ impl UpstreamLink {
 
     /// Whether its queues, though empty, keep room from their last burst.
     pub fn keeps_room(&self) -> bool {
-        self.outbox.keeps_room() || (self.waiting.is_empty() && self.waiting.capacity() > 0)
+        self.outbox.keeps_room()
+            || self.responses.keeps_room()
+            || (self.waiting.is_empty() && self.waiting.capacity() > 0)
     }
 
     /// Frees the room its empty queues kept from their last burst.
     pub fn free_room(&mut self) {
         self.outbox.free_room();
+        self.responses.free_room();
         if self.waiting.is_empty() {
             self.waiting = VecDeque::new();
         }
