@@ -93,7 +93,7 @@ def main() -> int:
     procs = []
     try:
         for b in args.binaries:
-            procs.append(ke.KshimProcess("", binary=Path(b), upstream=cluster.bootstrap,
+            procs.append(ke.KshimProcess("", binary=Path(b).resolve(), upstream=cluster.bootstrap,
                                          rust_log="warn").start())
         rows = []
         for size, records in ((1024, args.records_1k), (65536, args.records_64k)):
