@@ -39,6 +39,8 @@ pub struct FrameReader {
     /// The read buffer, set aside while the body of a frame larger than it is
     /// read into a block of the body's size (then `buf`).
     spare: Option<BytesMut>,
+    /// The body size of the last frame read.
+    last_size: usize,
     eof: bool,
 }
 
@@ -51,6 +53,7 @@ impl FrameReader {
             taken: 0,
             partial_since: None,
             spare: None,
+            last_size: 0,
             eof: false,
         }
     }
@@ -104,6 +107,7 @@ impl FrameReader {
                         None => self.buf.split_to(rest).freeze(),
                     };
                     self.granted = None;
+                    self.last_size = size;
                     self.taken = 0;
                     self.partial_since = (!self.buf.is_empty()).then(Instant::now);
                     return Poll::Ready(Ok(Some(frame)));
@@ -121,7 +125,15 @@ impl FrameReader {
             let n = if self.buf.capacity() == 0 {
                 ready!(self.poll_probe(io, cx))?
             } else {
-                if self.spare.is_none() && self.buf.capacity() - self.buf.len() < 512 {
+                // Between frames, room for one the size of the last (up to a
+                // chunk), so that one read takes it; within one, room to read on.
+                let want = if self.buf.is_empty() {
+                    (4 + self.last_size).clamp(512, READ_CHUNK)
+                } else {
+                    512
+                };
+                if self.spare.is_none() && self.buf.capacity() - self.buf.len() < want {
+                    // Reclaims the buffer's block once its frames are gone.
                     self.buf.reserve(READ_CHUNK);
                 }
                 ready!(tokio_util::io::poll_read_buf(
@@ -543,6 +555,47 @@ mod tests {
         let _a = writer.await.unwrap().unwrap();
         let next = std::future::poll_fn(|cx| reader.poll_frame(&mut b, cx, |_, _| Poll::Ready(())));
         assert!(matches!(next.await, Ok(Some(f)) if f[..] == [42]));
+    }
+
+    /// Counts the reads that returned bytes.
+    struct Counted<R>(R, usize);
+
+    impl<R: AsyncRead + Unpin> AsyncRead for Counted<R> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let before = buf.filled().len();
+            let polled = Pin::new(&mut self.0).poll_read(cx, buf);
+            if buf.filled().len() > before {
+                self.1 += 1;
+            }
+            polled
+        }
+    }
+
+    #[tokio::test]
+    async fn between_frames_one_read_takes_a_frame_the_size_of_the_last() {
+        let (mut a, b) = tokio::io::duplex(64 << 10);
+        let mut b = Counted(b, 0);
+        let mut reader = FrameReader::new(64 << 10);
+        let mut held = Vec::new();
+        for round in 0..6u8 {
+            let mut frame = 12_000u32.to_be_bytes().to_vec();
+            frame.resize(4 + 12_000, round);
+            a.write_all(&frame).await.unwrap();
+            let reads = b.1;
+            let got =
+                std::future::poll_fn(|cx| reader.poll_frame(&mut b, cx, |_, _| Poll::Ready(())));
+            let got = got.await.unwrap().unwrap();
+            assert!(got.len() == 12_000 && got[0] == round);
+            if round > 0 {
+                assert_eq!(b.1 - reads, 1, "frame {round} took one read");
+            }
+            // The frames are still held (on their way upstream): no block is reclaimed.
+            held.push(got);
+        }
     }
 
     #[tokio::test]
