@@ -7,7 +7,8 @@
 #   scripts/soak.sh --quick         every fault kind once, shorter and back to back; the load ends
 #                                   15 s after the last fault healed (about 3 minutes, at most 5)
 #   options: --mbps N (bulk load, MiB/s), --seed N (repeat a schedule), --out DIR (report),
-#            --pin (kshim on the last CPU, brokers and clients on the others)
+#            --pin (kshim on the last CPU, brokers and clients on the others),
+#            --bulk-direct (the bulk producer writes to the brokers, not through kshim)
 #
 # Installs what is missing (scripts/install-deps.sh) and builds kshim (cargo build --release)
 # first, unless KSHIM_BIN names the binary to soak. Exit 0 when every invariant held, 1 when one did not, 2 when the soak could not run.

@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -110,6 +110,7 @@ class Profile:
     # reported as advisory.
     judge_performance: bool = True
     lean_brokers: bool = False  # the brokers' JVM: C1 and the serial collector (see new_kafka)
+    bulk_direct: bool = False  # the bulk producer writes to the brokers, not through kshim
 
 
 def profile(minutes: float, quick: bool, mbps: float | None, lean_brokers: bool = False) -> Profile:
@@ -1230,7 +1231,7 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
         ["Soak", "--bootstrap", ",".join(i.bootstrap for i in instances), "--direct", kafka.bootstrap,
          "--seconds", str(prof.seconds), "--records-per-s", str(prof.records_per_s),
          "--linger-ms", str(prof.linger_ms), "--probe-per-s", str(prof.probe_per_s),
-         "--stop-file", str(stop_file), *prop_args],
+         "--stop-file", str(stop_file), "--bulk-direct", str(prof.bulk_direct).lower(), *prop_args],
         workdir=out, name="clients", extra_classpath=[classes], log_config=ke.CLIENTS_LOG4J, jars=jars,
         jvm_args=["-Xmx1g"] if quick else ["-Xmx1g", "-XX:TieredStopAtLevel=4"])
     if not ke.wait_until(lambda: read_java(java.stdout_path)[0] or not java.alive(), 120, 0.2) or not java.alive():
@@ -1280,7 +1281,7 @@ def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: R
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)), "commit": commit or "unknown",
             "duration": f"{load_s:.0f} s", "seed": seed,
             "load": f"{prof.records_per_s} records/s of 1 KiB (acks=all, idempotent, linger {prof.linger_ms} ms) "
-                    f"through kshim over TLS; probe {prof.probe_per_s}/s through kshim and direct; "
+                    f"{'to the brokers directly' if prof.bulk_direct else 'through kshim over TLS'}; probe {prof.probe_per_s}/s through kshim and direct; "
                     f"{CHURN_PER_MIN} short-lived connections/min; UpdateFeatures every {UPDATE_EVERY_S:g} s",
             "Kafka": f"{RELEASE}, three combined KRaft nodes"
                      + (" (lean JVM: C1 compiler, serial collector)" if prof.lean_brokers else ""),
@@ -1293,7 +1294,7 @@ def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: R
 
 
 def run(args) -> int:
-    prof = profile(args.minutes, args.quick, args.mbps, args.lean_brokers)
+    prof = replace(profile(args.minutes, args.quick, args.mbps, args.lean_brokers), bulk_direct=args.bulk_direct)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kshim-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
@@ -1419,6 +1420,9 @@ def main() -> int:
                     help="brokers with the C1 compiler and the serial collector, half the CPU (always with --quick)")
     ap.add_argument("--pin", action="store_true",
                     help="kshim on the last CPU, the brokers, the clients and this driver on the others")
+    ap.add_argument("--bulk-direct", action="store_true",
+                    help="the bulk producer writes to the brokers directly (every other client still goes "
+                         "through kshim): tells the producer's own behaviour under the faults from kshim's")
     ap.add_argument("--seed", type=int, help="the fault schedule's seed (default: random, printed)")
     ap.add_argument("--out", help="the report directory (default: a new temporary directory)")
     args = ap.parse_args()

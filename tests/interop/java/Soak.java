@@ -1,7 +1,7 @@
 // The client load of the soak (scripts/soak.sh, driven by tests/interop/soak.py): real Kafka
 // Java clients through a kshim cluster for a given time, checking what they get back.
 //
-//   Soak --bootstrap KSHIMS --direct BROKERS --seconds S --records-per-s R [--size BYTES]
+//   Soak --bootstrap KSHIMS --direct BROKERS --seconds S --records-per-s R [--size BYTES] [--bulk-direct true]
 //        [--keys K] [--linger-ms L] [--probe-per-s P] [--drain-s D] [--admin-every-ms MS]
 //        [--stop-file PATH] [--prop k=v ...]
 //
@@ -385,7 +385,11 @@ public class Soak {
             }
         }));
 
-        KafkaProducer<String, String> producer = producer(common(bootstrap, props), lingerMs);
+        // --bulk-direct: the bulk producer writes to the brokers themselves, to tell what the
+        // producer does under the faults from what kshim does.
+        boolean bulkDirect = Boolean.parseBoolean(args.getOrDefault("--bulk-direct", "false"));
+        KafkaProducer<String, String> producer =
+            producer(bulkDirect ? common(directBootstrap, Map.of()) : common(bootstrap, props), lingerMs);
         KafkaProducer<String, String> probeVia = producer(common(bootstrap, props), 0);
         KafkaProducer<String, String> probeDirect = producer(common(directBootstrap, Map.of()), 0);
         Thread bulkThread = daemon("bulk", loop(() -> bulk(producer, perSecond, size)));
