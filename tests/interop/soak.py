@@ -104,11 +104,16 @@ class Profile:
     # after the last one healed: a quick run takes what its faults take on this machine (a
     # broker roll is 50 s on a quiet machine and 75 s beside the test command), within `seconds`.
     back_to_back: bool = False
-    # Whether the latency invariants (the ack p99 against direct, kshim's own time) decide the
-    # outcome: they need a machine that is not saturated, and a three-minute run beside other
-    # work (the test command) cannot tell 1-2 ms from waiting for a core. There they are
-    # reported as advisory.
+    # Whether the end-to-end latency invariant (the ack p99 against direct) decides the outcome:
+    # it needs a machine that is not saturated, and a three-minute run beside other work (the
+    # test command) cannot tell 1-2 ms from the clients' and brokers' waiting for a core. There
+    # it is reported as advisory. kshim's own time decides every run.
     judge_performance: bool = True
+    # The nice value of kshim's threads (those at the default priority: the TLS handshake
+    # threads keep their own 10), so that kshim's own time is its own and not the wait for a
+    # core that the other processes hold. The quick run uses it: beside the test command, kshim
+    # at the default priority waited up to 25 ms at p99 for a core.
+    kshim_nice: int | None = None
     lean_brokers: bool = False  # the brokers' JVM: C1 and the serial collector (see new_kafka)
     bulk_direct: bool = False  # the bulk producer writes to the brokers, not through kshim
 
@@ -118,7 +123,8 @@ def profile(minutes: float, quick: bool, mbps: float | None, lean_brokers: bool 
         return Profile(seconds=300, records_per_s=int((mbps or 0.125) * 1024), linger_ms=20, probe_per_s=20,
                        warmup_s=20,
                        tail_s=15, repeats=1, kill_down_s=2, pause_s=10, leader_stop_s=10, flood_s=10,
-                       grace_s=10, gap_s=3, back_to_back=True, judge_performance=False, lean_brokers=True)
+                       grace_s=10, gap_s=3, back_to_back=True, judge_performance=False, kshim_nice=-10,
+                       lean_brokers=True)
     seconds = int(minutes * 60)
     return Profile(seconds=seconds, records_per_s=int((mbps or 5) * 1024), linger_ms=5, probe_per_s=100,
                    warmup_s=min(300, seconds // 6), tail_s=60, repeats=2, kill_down_s=5, pause_s=20,
@@ -459,7 +465,7 @@ class Recorder:
         self.rounds: list[dict] = []  # feature samples: {"t", "views": {inst: [epoch, level] | None}}
         self.procs: list[dict] = []  # {"t", "inst", "pid", "rss_kib", "fds"}
         self.metrics: list[dict] = []  # {"t", "inst", "open", "refused"}
-        self.churn: list[tuple[float, bool, str]] = []  # (t, ok, error)
+        self.churn: list[tuple[float, bool, str, float]] = []  # (start, ok, error, end)
         self.updates: list[dict] = []  # {"t", "inst", "level", "code", "message", "ms"}
         self.faults: list[dict] = []
         self.writer: str | None = None
@@ -512,37 +518,74 @@ def pin_tasks(pid: int | None, cpus: set[int]) -> None:
             pass  # the thread has ended
 
 
-class Pinning:
-    """--pin: the kshim instances on the last CPU, the brokers, the client load and this
-    driver on the others, so that kshim's own time and the added latency are not time spent
-    waiting for a core the brokers hold. Re-applied every second: restarted instances and
-    brokers (faults) get new processes."""
+def renice_tasks(pid: int | None, nice: int) -> None:
+    """Gives the threads of `pid` that run at the default priority (0) `nice` (threads that set
+    their own keep it; threads started later inherit it from the thread that starts them)."""
+    if pid is None:
+        return
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) == 0:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            pass  # the thread has ended
+        except PermissionError as e:
+            raise ke.EnvError(f"cannot give kshim's threads nice {nice} (this needs root or CAP_SYS_NICE): {e}")
 
-    def __init__(self, kafka: ke.KafkaCluster, instances: list["Instance"]):
+
+class Pinning:
+    """Where kshim runs, so that its own time and the added latency are not time spent waiting
+    for a core the brokers hold: with `pin` (--pin), the kshim instances on the last CPU, the
+    brokers, the client load and this driver on the others; with `kshim_nice`, kshim's threads at
+    that nice value. Re-applied every second: restarted instances and brokers (faults) get new
+    processes."""
+
+    def __init__(self, kafka: ke.KafkaCluster, instances: list["Instance"], pin: bool, kshim_nice: int | None):
         cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < 2:
+        if pin and len(cpus) < 2:
             raise ke.EnvError(f"--pin needs two CPUs or more; this process may use {cpus}")
+        self.pin, self.kshim_nice = pin, kshim_nice
         self.kshim_cpus, self.other_cpus = {cpus[-1]}, set(cpus[:-1])
         self.kafka, self.instances = kafka, instances
         self.java_pid: int | None = None
         self.stop = threading.Event()
-        pin_tasks(os.getpid(), self.other_cpus)
+        if pin:
+            pin_tasks(os.getpid(), self.other_cpus)
+        self._place()  # once here, so that a priority that cannot be had fails the run at once
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def describe(self) -> str:
-        return (f"kshim on CPU {sorted(self.kshim_cpus)}, brokers, clients and the driver on CPU "
-                f"{sorted(self.other_cpus)}")
+        parts = []
+        if self.pin:
+            parts.append(f"kshim on CPU {sorted(self.kshim_cpus)}, brokers, clients and the driver on CPU "
+                         f"{sorted(self.other_cpus)}")
+        if self.kshim_nice is not None:
+            parts.append(f"kshim's threads at nice {self.kshim_nice}")
+        return "; ".join(parts)
 
-    def _run(self) -> None:
-        while True:
-            for i in self.instances:
-                pin_tasks(i.kshim.pid if i.kshim.alive() else None, self.kshim_cpus)
+    def _place(self) -> None:
+        for i in self.instances:
+            pid = i.kshim.pid if i.kshim.alive() else None
+            if self.pin:
+                pin_tasks(pid, self.kshim_cpus)
+            if self.kshim_nice is not None:
+                renice_tasks(pid, self.kshim_nice)
+        if self.pin:
             for node in self.kafka.nodes:
                 pin_tasks(node.pid, self.other_cpus)
             pin_tasks(self.java_pid, self.other_cpus)
-            if self.stop.wait(1.0):
-                return
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self._place()
+            except ke.EnvError as e:
+                log(f"placing kshim: {e}")
 
     def close(self) -> None:
         self.stop.set()
@@ -639,9 +682,9 @@ class Activity:
                     raise ke.EnvError("Metadata lists no broker")
             finally:
                 c.close()
-            self.rec.add("churn", (t, True, ""))
+            self.rec.add("churn", (t, True, "", time.time()))
         except Exception as e:
-            self.rec.add("churn", (t, False, f"{inst.name}: {type(e).__name__}: {e}"))
+            self.rec.add("churn", (t, False, f"{inst.name}: {type(e).__name__}: {e}", time.time()))
 
     def _churn(self) -> None:
         due = time.monotonic()
@@ -843,6 +886,12 @@ def inside(t: float, wins: list[tuple[float, float]]) -> bool:
     return any(a <= t <= b for a, b in wins)
 
 
+def overlaps(start: float, end: float, wins: list[tuple[float, float]]) -> bool:
+    """Whether something that ran from `start` to `end` ran in part inside a window (a connection
+    made just before a fault began can be broken by it)."""
+    return any(start <= b and a <= end for a, b in wins)
+
+
 def bucket_ms(b: int) -> float:
     return math.exp((b + 1) / 20) / 1000.0
 
@@ -973,10 +1022,10 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
     hold("memory_and_descriptors_flat", not bad and bool(idle_before), "; ".join(notes))
 
     # Healthy clients outside fault windows.
-    out_churn = [c for c in rec.churn if not inside(c[0], wins)]
+    out_churn = [c for c in rec.churn if not overlaps(c[0], c[3], wins)]
     churn_failed = [c for c in out_churn if not c[1]]
     out_errors = [e for e in errors if not inside(e["t"] / 1000, wins)]
-    out_updates = [u for u in rec.updates if not inside(u["t"], wins) and u["code"] != 0]
+    out_updates = [u for u in rec.updates if not overlaps(u["t"], u["t"] + u["ms"] / 1000, wins) and u["code"] != 0]
     refused = 0
     by_inst: dict[int, list[dict]] = {}
     for m in rec.metrics:
@@ -1044,9 +1093,9 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
 
 
 # Invariants reported but not deciding a --quick run (see Profile.judge_performance): the test
-# command runs it beside the interop tests, where every process waits for one of two cores and
-# kshim's own time is mostly that wait (p99 5-10 ms there, 1 ms alone on the machine).
-ADVISORY_IN_QUICK = ("ack_p99_within_2ms_of_direct", "kshim_own_time_within_1ms_p99")
+# command runs it beside the interop tests, where every client and broker waits for one of two
+# cores. kshim's own time decides there too, its threads at Profile.kshim_nice.
+ADVISORY_IN_QUICK = ("ack_p99_within_2ms_of_direct",)
 
 
 def decided(inv: dict) -> bool:
@@ -1315,9 +1364,9 @@ def run(args) -> int:
         kafka.wait_brokers_registered()
         log("starting three kshim instances")
         instances = start_instances(kafka, certs, files["trust"][0], out)
-        if args.pin:
-            pinning = Pinning(kafka, instances)
-            log(f"pinned: {pinning.describe()}")
+        if args.pin or prof.kshim_nice is not None:
+            pinning = Pinning(kafka, instances, args.pin, prof.kshim_nice)
+            log(f"placed: {pinning.describe()}")
         fill_tls_session_caches(instances, certs)
         time.sleep(12)  # as before the sample after the load (below)
         broker_ports = {ke.split_hostport(b)[1] for b in kafka.bootstrap.split(",")}
