@@ -16,8 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Room made for a read between frames: small frames arrive several to a read.
 const READ_CHUNK: usize = 16 * 1024;
-/// What a reader without a buffer reads first, on the stack.
-const PROBE: usize = 512;
+/// What a reader without a buffer reads first, on the stack: most requests
+/// and many answers whole.
+const PROBE: usize = 4096;
 
 /// Slices handed to one vectored write.
 const MAX_SLICES: usize = 64;
@@ -152,9 +153,9 @@ impl FrameReader {
 }
 
 impl FrameReader {
-    /// Reads without a buffer (its room was freed while idle): into a few bytes
-    /// on the stack, so that a read that finds nothing allocates nothing; what
-    /// it finds starts a new buffer.
+    /// Reads without a buffer (its owner freed it, expecting nothing): onto the
+    /// stack, so that a read that finds nothing allocates nothing; what it finds
+    /// starts a buffer of its size, from which a frame that came whole is cut.
     fn poll_probe<S: AsyncRead + Unpin>(
         &mut self,
         io: &mut S,
@@ -164,10 +165,7 @@ impl FrameReader {
         let mut read = tokio::io::ReadBuf::new(&mut probe);
         ready!(Pin::new(io).poll_read(cx, &mut read))?;
         let arrived = read.filled();
-        if !arrived.is_empty() {
-            self.buf.reserve(READ_CHUNK);
-            self.buf.extend_from_slice(arrived);
-        }
+        self.buf.extend_from_slice(arrived);
         Poll::Ready(Ok(arrived.len()))
     }
 
@@ -176,11 +174,12 @@ impl FrameReader {
         self.granted.is_none() && self.buf.is_empty() && self.buf.capacity() > 0
     }
 
-    /// Frees that buffer. The buffer stays between the frames of a busy
-    /// connection (a read that finds nothing yet costs no allocation), and
-    /// goes once the connection is idle.
+    /// Frees that buffer. Its owner frees it when it expects no frame (no
+    /// request in flight, no answer due): the buffer stays between the frames of
+    /// a busy connection, and the connections that wait hold none.
     pub fn free_room(&mut self) {
-        if self.keeps_room() {
+        // Empty, it may still hold the block its last frame was cut from.
+        if self.granted.is_none() && self.buf.is_empty() {
             self.buf = BytesMut::new();
         }
     }

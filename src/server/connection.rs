@@ -4,11 +4,8 @@
 //! responses by order as well as by correlation id). A forwarded request is
 //! queued on the upstream link at once, in arrival order, so that the broker sees
 //! the client's order too; its reply is the broker's response as the session
-//! makes it safe to hand on.
-//!
-//! Nothing here reads past a frame's API key and version (kept for the metrics):
-//! what a request means, and what becomes of its response, is the session's
-//! business (`handlers::session`).
+//! makes it safe to hand on. Nothing here reads past a frame's API key and
+//! version (kept for the metrics): the rest is the session's (`handlers::session`).
 //!
 //! Backpressure: a frame is read only when the connection has room for it (fewer
 //! than `max_in_flight` requests waiting for a reply or, with no reply due, for
@@ -572,6 +569,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     ) -> Result<(), String> {
         self.note_muted();
         while self.has_room() && *frames_this_turn < FRAMES_PER_TURN {
+            if self.slots.is_empty() {
+                self.frames.free_room(); // a connection waiting for its client holds no buffer
+            }
             let reservation = &mut self.reservation;
             let frame = match self
                 .frames
@@ -692,8 +692,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     /// Whether the connection's empty queues keep room from their last burst.
     fn keeps_idle_room(&self) -> bool {
         let link = self.link.as_ref().is_some_and(UpstreamLink::keeps_room);
-        let queues = self.slots.capacity() + self.awaiting.capacity() > 0 || self.out.keeps_room();
-        queues || self.frames.keeps_room() || link
+        self.slots.capacity() + self.awaiting.capacity() > 0 || self.out.keeps_room() || link
     }
 
     /// Frees the room the connection's empty queues kept from their last burst.
@@ -701,7 +700,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         self.slots.shrink_to_fit();
         self.awaiting.shrink_to_fit();
         self.out.free_room();
-        self.frames.free_room();
         if let Some(link) = &mut self.link {
             link.free_room();
         }

@@ -192,15 +192,12 @@ impl UpstreamLink {
 
     /// Whether its queues, though empty, keep room from their last burst.
     pub fn keeps_room(&self) -> bool {
-        self.outbox.keeps_room()
-            || self.responses.keeps_room()
-            || (self.waiting.is_empty() && self.waiting.capacity() > 0)
+        self.outbox.keeps_room() || (self.waiting.is_empty() && self.waiting.capacity() > 0)
     }
 
     /// Frees the room its empty queues kept from their last burst.
     pub fn free_room(&mut self) {
         self.outbox.free_room();
-        self.responses.free_room();
         if self.waiting.is_empty() {
             self.waiting = VecDeque::new();
         }
@@ -267,6 +264,9 @@ impl UpstreamLink {
             }
             sent(n, tag.api_key, opened.map_or(since, |at| since.max(at)))
         };
+        if self.waiting.is_empty() {
+            self.responses.free_room(); // no answer due: no read buffer
+        }
         let e = match self.outbox.poll_write(stream, cx, written) {
             Poll::Ready(Err(e)) => broken(e.to_string()),
             _ => match self.responses.poll_frame(stream, cx, grant) {
