@@ -503,15 +503,17 @@ def own_time_quantile(cumulative: dict[float, float], q: float) -> float | None:
     return math.inf
 
 
+def threads_of(pid: int | None) -> list[int]:
+    """The thread ids of `pid` now (none once it has ended)."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")] if pid is not None else []
+    except OSError:
+        return []
+
+
 def pin_tasks(pid: int | None, cpus: set[int]) -> None:
     """Pins every thread of `pid` to `cpus` (threads started later inherit it)."""
-    if pid is None:
-        return
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return
-    for tid in tids:
+    for tid in threads_of(pid):
         try:
             os.sched_setaffinity(tid, cpus)
         except OSError:
@@ -521,13 +523,7 @@ def pin_tasks(pid: int | None, cpus: set[int]) -> None:
 def renice_tasks(pid: int | None, nice: int) -> None:
     """Gives the threads of `pid` that run at the default priority (0) `nice` (threads that set
     their own keep it; threads started later inherit it from the thread that starts them)."""
-    if pid is None:
-        return
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return
-    for tid in tids:
+    for tid in threads_of(pid):
         try:
             if os.getpriority(os.PRIO_PROCESS, tid) == 0:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
