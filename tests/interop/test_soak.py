@@ -54,11 +54,11 @@ def test_the_quick_soak_holds_every_invariant(kshim_binary, tmp_path):
     out, log, returncode = quick_soak(kshim_binary, tmp_path)
     assert (out / "summary.json").exists(), f"no summary.json (rc {returncode}):\n{log[-6000:]}"
     summary = json.loads((out / "summary.json").read_text())
-    # The quick run reports the latency invariants without judging them (soak.py,
-    # Profile.judge_performance); every other invariant decides. kshim's own time must still
-    # have been served and sampled for both legs, outside the fault windows.
+    # The quick run reports the end-to-end latency invariant without judging it (soak.py,
+    # Profile.judge_performance); every other invariant decides, kshim's own time among them,
+    # which must have been served and sampled for both legs, outside the fault windows.
     advisory = {k for k, v in summary["invariants"].items() if v.get("advisory")}
-    assert advisory == {"ack_p99_within_2ms_of_direct", "kshim_own_time_within_1ms_p99"}
+    assert advisory == {"ack_p99_within_2ms_of_direct"}
     assert all(summary["invariants"][k]["detail"] for k in advisory)
     own = summary["invariants"]["kshim_own_time_within_1ms_p99"]["detail"]
     for leg in ("request", "response"):
