@@ -27,7 +27,7 @@
 # Other knobs: BENCH_RECORDS_1K, BENCH_RECORDS_64K (records per produce run),
 # BENCH_LATENCY_SECS, BENCH_LATENCY_RATE_1K, BENCH_LATENCY_RATE_64K (latency runs),
 # BENCH_IDLE_CONNS (idle connections per forwarder, default 10000; 0 skips that test),
-# BENCH_PARTITIONS, BENCH_MAX_SECS (hard cap, default 1800), KSHIM_BIN (another kshim binary),
+# BENCH_PARTITIONS, BENCH_MAX_SECS (hard cap, default 1800 s, 3600 with --tls), KSHIM_BIN (another kshim binary),
 # KSHIM_BENCH_KEEP_TMP=1 (keep logs and configs).
 #
 # Kroxylicious: the driver resolves io.kroxylicious:kroxylicious-runtime:0.12.0 and its runtime

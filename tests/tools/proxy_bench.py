@@ -237,8 +237,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--max-seconds",
         type=int,
-        default=env_int("BENCH_MAX_SECS", 1800),
-        help="give up (exit 1) when the run would go on past this",
+        default=env_int("BENCH_MAX_SECS", 0),
+        help="give up (exit 1) when the run would go on past this (default: 1800, or 3600 with --tls, "
+        "whose every leg took 1,743 s on a quiet day and over 1,800 on a slower one)",
     )
     p.add_argument("--keep-tmp", action="store_true", default=bool(os.environ.get("KSHIM_BENCH_KEEP_TMP")))
     p.add_argument(
@@ -270,6 +271,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.max_seconds < 0:
+        p.error("--max-seconds must be 0 (the default for the run) or more")
+    args.max_seconds = args.max_seconds or (3600 if args.tls else 1800)
     if args.idle_connections < -1:
         p.error("--idle-connections must be 0 or more")
     if args.latency_seconds < 1 or args.latency_rate_1k < 1 or args.latency_rate_64k < 1:
