@@ -543,7 +543,7 @@ def realtime_tasks(pid: int | None) -> None:
                               f"CAP_SYS_NICE): {e}")
 
 
-class Pinning:
+class Placement:
     """Where kshim runs, so that its own time and the added latency are not time spent waiting
     for a core the brokers hold: with `pin` (--pin), the kshim instances on the last CPU, the
     brokers, the client load and this driver on the others; with `realtime`
@@ -1365,7 +1365,7 @@ def run(args) -> int:
     rec = Recorder()
     kafka = new_kafka(out, prof.lean_brokers)
     instances: list[Instance] = []
-    activity = java = pinning = None
+    activity = java = placement = None
     try:
         log(f"starting three Kafka {RELEASE} brokers")
         kafka.start()
@@ -1373,8 +1373,8 @@ def run(args) -> int:
         log("starting three kshim instances")
         instances = start_instances(kafka, certs, files["trust"][0], out)
         if args.pin or prof.kshim_realtime:
-            pinning = Pinning(kafka, instances, args.pin, prof.kshim_realtime)
-            log(f"placed: {pinning.describe()}")
+            placement = Placement(kafka, instances, args.pin, prof.kshim_realtime)
+            log(f"placed: {placement.describe()}")
         fill_tls_session_caches(instances, certs)
         time.sleep(12)  # as before the sample after the load (below)
         broker_ports = {ke.split_hostport(b)[1] for b in kafka.bootstrap.split(",")}
@@ -1382,8 +1382,8 @@ def run(args) -> int:
         stop_file = out / "load.stop"
         stop_file.unlink(missing_ok=True)
         java, t0 = start_load(prof, args.quick, kafka, instances, certs, out, stop_file)
-        if pinning is not None:
-            pinning.java_pid = java.proc.pid
+        if placement is not None:
+            placement.java_pid = java.proc.pid
         log("client load running")
         activity = Activity(instances, certs, rec, seed)
         activity.start()
@@ -1443,7 +1443,7 @@ def run(args) -> int:
             "idle_after": idle_after}))
         inv = evaluate(rec, ticks, errors, final, prof, t0, planned, {i.name: i.kshim.log_text() for i in instances},
                        idle_before, idle_after)
-        report(out, prof, seed, t0, load_end - t0, rec, inv, final, ticks, cpu, pinning.describe() if pinning else None)
+        report(out, prof, seed, t0, load_end - t0, rec, inv, final, ticks, cpu, placement.describe() if placement else None)
         held = decided(inv)
         for name, v in inv.items():
             log(f"{'held  ' if v['held'] else 'not held (advisory)' if v.get('advisory') else 'BROKEN'} "
@@ -1451,8 +1451,8 @@ def run(args) -> int:
         log(f"report: {out / 'summary.md'} ({'every invariant held' if held else 'an invariant did not hold'})")
         return 0 if held else 1
     finally:
-        if pinning is not None:
-            pinning.close()
+        if placement is not None:
+            placement.close()
         if activity is not None:
             activity.close()
         if java is not None and java.alive():
