@@ -56,6 +56,7 @@ FEATURE = "kshim.soak.version"
 MAX_LEVEL = 8
 TOKEN = "soak-" + "admin"
 SOAK_SRC = ke.INTEROP_DIR / "java" / "Soak.java"
+SOAK_DEBUG_LOG4J = ke.INTEROP_DIR / "log4j2-soak-debug.properties"
 INSTANCES = 3
 BROKERS = 3
 KINDS = ["kshim_kill", "writer_pause", "broker_roll", "state_leader_stop", "cert_rotate", "config_patch",
@@ -117,6 +118,9 @@ class Profile:
     kshim_realtime: bool = False
     lean_brokers: bool = False  # the brokers' JVM: C1 and the serial collector (see new_kafka)
     bulk_direct: bool = False  # the bulk producer writes to the brokers, not through kshim
+    # The bulk producer's network client and internals at DEBUG (producer-debug.log), and kshim's
+    # connections and upstream links at DEBUG in its log: to follow a batch through a fault.
+    debug_producer: bool = False
 
 
 def profile(minutes: float, quick: bool, mbps: float | None, lean_brokers: bool = False) -> Profile:
@@ -939,7 +943,9 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
     lost = final.get("lost")
     hold("no_acknowledged_record_lost", lost == 0,
          f"{final.get('acked', 0)} acknowledged, {lost} not consumed" +
-         (f" (e.g. {final.get('lost_sample')})" if lost else ""))
+         (f" (e.g. {final.get('lost_sample')})" if lost else "") +
+         # A send that failed may still have been written: the consumers tell.
+         f"; {final.get('written_unacknowledged', 0)} consumed whose send failed")
     ooo = final.get("out_of_order")
     hold("per_key_order", ooo == 0, f"{ooo} records out of order per key" +
          (f" (e.g. {final.get('out_of_order_sample')})" if ooo else ""))
@@ -1253,7 +1259,7 @@ def new_kafka(out: Path, lean: bool) -> ke.KafkaCluster:
     shutil.rmtree(out / "kafka", ignore_errors=True)
     return ke.KafkaCluster(
         BROKERS, jars=ke.release_jars(RELEASE), workdir=out / "kafka", separate_inter_broker=True, heap="1g",
-        jvm_options=ke.TEST_BROKER_JVM_OPTIONS if lean else (),
+        jvm_options=ke.TEST_BROKER_JVM_OPTIONS if lean else (), class_archive=lean,
         extra_properties={
             "group.consumer.heartbeat.interval.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "1000",
             "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000",
@@ -1261,13 +1267,15 @@ def new_kafka(out: Path, lean: bool) -> ke.KafkaCluster:
         })
 
 
-def start_instances(kafka: ke.KafkaCluster, certs: ts.Certs, trust: Path, out: Path) -> list[Instance]:
+def start_instances(kafka: ke.KafkaCluster, certs: ts.Certs, trust: Path, out: Path,
+                    debug: bool = False) -> list[Instance]:
     instances = []
+    rust_log = "info,kshim::server::connection=debug,kshim::upstream=debug" if debug else "info"
     for n in range(1, INSTANCES + 1):
         admin_port = ke.free_port()
         ports = dict(zip((1, 2, 3), ke.free_ports(3)))
         k = ke.KshimProcess(instance_config(n, admin_port, certs, trust), upstream=kafka.bootstrap,
-                            listener_ports=ports, rust_log="info", workdir=out / f"kshim-{n}")
+                            listener_ports=ports, rust_log=rust_log, workdir=out / f"kshim-{n}")
         instances.append(Instance(n, k, admin_port))
         k.start()
     for i in instances:
@@ -1289,8 +1297,10 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
          "--seconds", str(prof.seconds), "--records-per-s", str(prof.records_per_s),
          "--linger-ms", str(prof.linger_ms), "--probe-per-s", str(prof.probe_per_s),
          "--stop-file", str(stop_file), "--bulk-direct", str(prof.bulk_direct).lower(), *prop_args],
-        workdir=out, name="clients", extra_classpath=[classes], log_config=ke.CLIENTS_LOG4J, jars=jars,
-        jvm_args=["-Xmx1g"] if quick else ["-Xmx1g", "-XX:TieredStopAtLevel=4"])
+        workdir=out, name="clients", extra_classpath=[classes], jars=jars,
+        log_config=SOAK_DEBUG_LOG4J if prof.debug_producer else ke.CLIENTS_LOG4J,
+        jvm_args=(["-Xmx1g"] if quick else ["-Xmx1g", "-XX:TieredStopAtLevel=4"])
+        + ([f"-Dkshim.producerDebugLog={out / 'producer-debug.log'}"] if prof.debug_producer else []))
     if not ke.wait_until(lambda: read_java(java.stdout_path)[0] or not java.alive(), 120, 0.2) or not java.alive():
         raise ke.EnvError(f"the client load did not start\n{ke.tail(java.stdout_path)}\n{ke.tail(java.stderr_path)}")
     return java, read_java(java.stdout_path)[0][0]["t"] / 1000 - 1
@@ -1324,6 +1334,7 @@ def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: R
     """Writes summary.json, samples.json, the plots and summary.md; returns the summary."""
     summary = {
         "acked": final.get("acked", 0), "lost": final.get("lost"), "out_of_order": final.get("out_of_order"),
+        "written_unacknowledged": final.get("written_unacknowledged"),
         "faults": [{"kind": f["kind"], "at_s": round(f["at"] - t0, 1),
                     "healed_s": round(f["healed"] - t0, 1) if f.get("healed") else None,
                     **({"converged_s": f.get("converged_s")} if "converged_s" in f else {}),
@@ -1351,7 +1362,8 @@ def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: R
 
 
 def run(args) -> int:
-    prof = replace(profile(args.minutes, args.quick, args.mbps, args.lean_brokers), bulk_direct=args.bulk_direct)
+    prof = replace(profile(args.minutes, args.quick, args.mbps, args.lean_brokers), bulk_direct=args.bulk_direct,
+                   debug_producer=args.debug_producer)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kshim-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
@@ -1371,7 +1383,7 @@ def run(args) -> int:
         kafka.start()
         kafka.wait_brokers_registered()
         log("starting three kshim instances")
-        instances = start_instances(kafka, certs, files["trust"][0], out)
+        instances = start_instances(kafka, certs, files["trust"][0], out, prof.debug_producer)
         if args.pin or prof.kshim_realtime:
             placement = Placement(kafka, instances, args.pin, prof.kshim_realtime)
             log(f"placed: {placement.describe()}")
@@ -1480,6 +1492,9 @@ def main() -> int:
     ap.add_argument("--bulk-direct", action="store_true",
                     help="the bulk producer writes to the brokers directly (every other client still goes "
                          "through kshim): tells the producer's own behaviour under the faults from kshim's")
+    ap.add_argument("--debug-producer", action="store_true",
+                    help="the bulk producer's network client and internals at DEBUG (producer-debug.log), and "
+                         "kshim's connections and upstream links at DEBUG in its log")
     ap.add_argument("--seed", type=int, help="the fault schedule's seed (default: random, printed)")
     ap.add_argument("--out", help="the report directory (default: a new temporary directory)")
     args = ap.parse_args()

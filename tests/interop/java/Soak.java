@@ -388,8 +388,10 @@ public class Soak {
         // --bulk-direct: the bulk producer writes to the brokers themselves, to tell what the
         // producer does under the faults from what kshim does.
         boolean bulkDirect = Boolean.parseBoolean(args.getOrDefault("--bulk-direct", "false"));
-        KafkaProducer<String, String> producer =
-            producer(bulkDirect ? common(directBootstrap, Map.of()) : common(bootstrap, props), lingerMs);
+        Properties bulkProps = bulkDirect ? common(directBootstrap, Map.of()) : common(bootstrap, props);
+        // Named, so that its log lines can be told apart (soak.py --debug-producer).
+        bulkProps.put(ProducerConfig.CLIENT_ID_CONFIG, "soak-bulk");
+        KafkaProducer<String, String> producer = producer(bulkProps, lingerMs);
         KafkaProducer<String, String> probeVia = producer(common(bootstrap, props), 0);
         KafkaProducer<String, String> probeDirect = producer(common(directBootstrap, Map.of()), 0);
         Thread bulkThread = daemon("bulk", loop(() -> bulk(producer, perSecond, size)));
@@ -440,10 +442,16 @@ public class Soak {
         }
         running.set(false);
         long totalAcked = 0;
+        // Records the consumers read whose send never succeeded (it failed, or expired): written
+        // by a broker whose answer never reached the producer (or came as an error).
+        long writtenUnacked = 0;
         List<String> lostSample = new ArrayList<>();
         for (int k = 0; k < keys; k++) {
             synchronized (seen[k]) {
                 totalAcked += acked[k].cardinality();
+                BitSet unacked = (BitSet) seen[k].clone();
+                unacked.andNot(acked[k]);
+                writtenUnacked += unacked.cardinality();
                 BitSet missing = (BitSet) acked[k].clone();
                 missing.andNot(seen[k]);
                 for (int s = missing.nextSetBit(0); s >= 0 && lostSample.size() < 10; s = missing.nextSetBit(s + 1)) {
@@ -459,7 +467,8 @@ public class Soak {
         }
         ticker.join(2_000);
         print("{\"kind\":\"final\",\"acked\":" + totalAcked + ",\"lost\":" + lost + ",\"lost_sample\":" + lostJson + "]"
-            + ",\"out_of_order\":" + outOfOrder.get() + ",\"out_of_order_sample\":" + oooJson + "]}");
+            + ",\"out_of_order\":" + outOfOrder.get() + ",\"out_of_order_sample\":" + oooJson + "]"
+            + ",\"written_unacknowledged\":" + writtenUnacked + "}");
         for (KafkaConsumer<String, String> c : consumers) c.wakeup();
         share.wakeup();
         System.exit(0);
