@@ -391,6 +391,13 @@ public class Soak {
         Properties bulkProps = bulkDirect ? common(directBootstrap, Map.of()) : common(bootstrap, props);
         // Named, so that its log lines can be told apart (soak.py --debug-producer).
         bulkProps.put(ProducerConfig.CLIENT_ID_CONFIG, "soak-bulk");
+        // Batches of 64 KiB (64 records), as a producer of megabytes a second is set up: with the
+        // default 16 KiB (15 records), at most 5 requests in flight and one batch per partition
+        // in each, the busiest partition could not be drained faster than 75 records per round
+        // trip. On 2 cores the producer then ran with its 32 MiB buffer full (1,000-2,500 of the
+        // 5,120 records a second it offers acknowledged), its batches queued for tens of seconds,
+        // and a leader move that slowed that partition for long enough expired them.
+        bulkProps.put(ProducerConfig.BATCH_SIZE_CONFIG, "65536");
         KafkaProducer<String, String> producer = producer(bulkProps, lingerMs);
         KafkaProducer<String, String> probeVia = producer(common(bootstrap, props), 0);
         KafkaProducer<String, String> probeDirect = producer(common(directBootstrap, Map.of()), 0);
