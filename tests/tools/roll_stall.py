@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import struct
 import sys
 import threading
 import time
@@ -48,6 +47,7 @@ sys.dont_write_bytecode = True  # nothing written into the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
 
 import kafka_env as ke  # noqa: E402
+import soak  # noqa: E402  (its Metadata request and parser)
 
 RELEASE = "4.4.0"
 TOPIC = "roll-data"
@@ -141,94 +141,17 @@ class Log:
 # Metadata v12: partition leaders and in-sync replicas, from the brokers' own listeners
 
 
-class Reader:
-    def __init__(self, buf: bytes, pos: int = 0):
-        self.buf, self.pos = buf, pos
-
-    def take(self, fmt: str):
-        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return v
-
-    def uvarint(self) -> int:
-        value, self.pos = ke._uvarint(self.buf, self.pos)
-        return value
-
-    def string(self) -> str | None:
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        s = self.buf[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def array(self, item):
-        n = self.uvarint() - 1
-        return [] if n < 0 else [item(self) for _ in range(n)]
-
-    def tags(self) -> None:
-        self.pos = ke._skip_tags(self.buf, self.pos)
-
-
-def metadata_request(topics: list[str]) -> bytes:
-    client = b"roll-stall"
-    frame = struct.pack(">hhih", 3, 12, 1, len(client)) + client + b"\x00"
-    frame += ke.encode_uvarint(len(topics) + 1)
-    for t in topics:
-        frame += b"\x00" * 16 + ke.encode_compact_string(t) + b"\x00"
-    return frame + b"\x00\x00\x00"
-
-
-def parse_metadata(resp: bytes) -> dict:
-    """{"brokers": [ids], "partitions": {index: (leader, replicas, isr)}} of TOPIC."""
-    r = Reader(resp, 4)
-    r.tags()
-    r.take(">i")
-
-    def broker(r: Reader):
-        node = r.take(">i")
-        r.string()
-        r.take(">i")
-        r.string()
-        r.tags()
-        return node
-
-    brokers = r.array(broker)
-    r.string()
-    r.take(">i")
-    partitions = {}
-
-    def topic(r: Reader):
-        r.take(">h")
-        name = r.string()
-        r.pos += 17  # topic id, is_internal
-
-        def partition(r: Reader):
-            r.take(">h")
-            index, leader = r.take(">i"), r.take(">i")
-            r.take(">i")
-            replicas = r.array(lambda r: r.take(">i"))
-            isr = r.array(lambda r: r.take(">i"))
-            r.array(lambda r: r.take(">i"))
-            r.tags()
-            if name == TOPIC:
-                partitions[index] = (leader, tuple(replicas), tuple(isr))
-
-        r.array(partition)
-        r.take(">i")
-        r.tags()
-
-    r.array(topic)
-    return {"brokers": sorted(brokers), "partitions": partitions}
-
-
 def metadata(kafka: ke.KafkaCluster) -> dict:
     for node in kafka.nodes:
         if node.alive():
             try:
-                return parse_metadata(ke.exchange(node.probe_bootstrap, metadata_request([TOPIC]), 5))
+                seen = soak.parse_metadata(ke.exchange(node.probe_bootstrap, soak.metadata_request([TOPIC]), 5))
             except Exception:  # noqa: BLE001 - the next broker may answer
                 continue
+            return {"brokers": sorted(seen["brokers"]),
+                    "partitions": {index: (leader, tuple(replicas), tuple(isr))
+                                   for (name, index), (leader, replicas, isr) in seen["partitions"].items()
+                                   if name == TOPIC}}
     raise ke.EnvError("no broker answers Metadata")
 
 
