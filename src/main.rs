@@ -55,7 +55,9 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    runtime.spawn(kshim::heap::release_kept_blocks_when_unused());
+    runtime.spawn(kshim::heap::release_kept_memory(
+        kshim::server::wake_handshake_threads,
+    ));
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => cli::serve::run(args, log).await.map(|()| 0),
