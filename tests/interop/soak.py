@@ -79,6 +79,12 @@ GLIBC_ARENA_SIZE = 64 << 20
 # faults decides how many there are; a leak grows past this bound.
 UPSTREAM_PER_BROKER = 4
 P99_MARGIN_MS = 2.0
+# The end-to-end rule is judged in quiet windows: the bulk producer pauses while the probes go
+# on, so that the comparison is of the two paths and not of two waits for a saturated core (at
+# 5 MiB/s with --pin, the brokers, the clients and the driver fill CPU 0, and both paths' p99 is
+# a second of queueing, where 2 ms cannot be seen). Each window's first seconds, while the
+# brokers and the consumers finish the load's backlog, are not counted.
+QUIET_SETTLE_S = 5.0
 # kshim's own time per request and per response (kshim_own_time_seconds, both legs), outside
 # fault windows: what kshim itself adds, whatever the brokers and the clients wait for.
 OWN_P99_MS = 1.0
@@ -105,6 +111,9 @@ class Profile:
     # after the last one healed: a quick run takes what its faults take on this machine (a
     # broker roll is 50 s on a quiet machine and 75 s beside the test command), within `seconds`.
     back_to_back: bool = False
+    # Where the bulk producer pauses, as (seconds after the load began, seconds), all inside the
+    # warm-up (no fault runs there): the windows in which the end-to-end rule is judged.
+    quiet_windows: tuple[tuple[float, float], ...] = ()
     # Whether the end-to-end latency invariant (the ack p99 against direct) decides the outcome:
     # it needs a machine that is not saturated, and a three-minute run beside other work (the
     # test command) cannot tell 1-2 ms from the clients' and brokers' waiting for a core. There
@@ -131,9 +140,14 @@ def profile(minutes: float, quick: bool, mbps: float | None, lean_brokers: bool 
                        grace_s=10, gap_s=3, back_to_back=True, judge_performance=False, kshim_realtime=True,
                        lean_brokers=True)
     seconds = int(minutes * 60)
+    warmup_s = min(300, seconds // 6)
+    # Two windows in the warm-up, each after a stretch at the full rate: 50 s at 60 and 180 s
+    # in the 300 s warm-up of a run of 30 minutes or more.
+    quiet_s = min(50.0, warmup_s * 0.3)
     return Profile(seconds=seconds, records_per_s=int((mbps or 5) * 1024), linger_ms=5, probe_per_s=100,
-                   warmup_s=min(300, seconds // 6), tail_s=60, repeats=2, kill_down_s=5, pause_s=20,
-                   leader_stop_s=30, flood_s=20, grace_s=15, gap_s=20, lean_brokers=lean_brokers)
+                   warmup_s=warmup_s, tail_s=60, repeats=2, kill_down_s=5, pause_s=20,
+                   leader_stop_s=30, flood_s=20, grace_s=15, gap_s=20, lean_brokers=lean_brokers,
+                   quiet_windows=((warmup_s * 0.2, quiet_s), (warmup_s * 0.6, quiet_s)))
 
 
 def log(msg: str) -> None:
@@ -473,6 +487,7 @@ class Recorder:
         self.churn: list[tuple[float, bool, str, float]] = []  # (start, ok, error, end)
         self.updates: list[dict] = []  # {"t", "inst", "level", "code", "message", "ms"}
         self.faults: list[dict] = []
+        self.quiet: list[tuple[float, float]] = []  # (start, end) of each quiet window
         self.writer: str | None = None
         self.cpu: dict[str, float] = {}  # component -> CPU seconds of processes that ended
 
@@ -1059,18 +1074,37 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
     hold("healthy_clients_served_outside_faults",
          not churn_failed and not out_errors and not out_updates and refused == 0 and len(out_churn) > 0, detail)
 
-    via, direct = {}, {}
-    for tick in ticks:
-        t = tick["t"] / 1000
-        if not inside(t - 1, wins) and not inside(t, wins):
-            merge(via, tick["via"])
-            merge(direct, tick["direct"])
+    def probe_acks(keep) -> tuple[dict, dict]:
+        """The probes' ack histograms of the seconds outside fault windows that `keep` keeps."""
+        via, direct = {}, {}
+        for tick in ticks:
+            t = tick["t"] / 1000
+            if keep(t) and not inside(t - 1, wins) and not inside(t, wins):
+                merge(via, tick["via"])
+                merge(direct, tick["direct"])
+        return via, direct
+
+    def p99s(via: dict, direct: dict) -> str:
+        pv, pd = percentile(via, 0.99), percentile(direct, 0.99)
+        return (f"through kshim {pv if pv is None else round(pv, 2)} ms, direct {pd if pd is None else round(pd, 2)}"
+                f" ms ({sum(via.values())} and {sum(direct.values())} acks)")
+
+    loaded = probe_acks(lambda t: not overlaps(t - 1, t, rec.quiet))
+    if prof.quiet_windows:
+        counted = [(a + QUIET_SETTLE_S, b) for a, b in rec.quiet]
+        via, direct = probe_acks(lambda t: any(a <= t - 1 and t <= b for a, b in counted))
+        where = (f"in {len(rec.quiet)} of {len(prof.quiet_windows)} quiet windows (the bulk producer paused; "
+                 f"the first {QUIET_SETTLE_S:g} s of each not counted)")
+    else:
+        via, direct = loaded
+        where = "outside fault windows"
     pv, pd = percentile(via, 0.99), percentile(direct, 0.99)
-    ok = pv is not None and pd is not None and pv - pd <= P99_MARGIN_MS
-    hold("ack_p99_within_2ms_of_direct", ok,
-         f"probe ack p99 outside fault windows: through kshim {pv if pv is None else round(pv, 2)} ms, "
-         f"direct {pd if pd is None else round(pd, 2)} ms ({sum(via.values())} and {sum(direct.values())} acks; "
-         f"limit +{P99_MARGIN_MS:g} ms)")
+    ok = (pv is not None and pd is not None and pv - pd <= P99_MARGIN_MS
+          and len(rec.quiet) == len(prof.quiet_windows))
+    detail = f"probe ack p99 {where}: {p99s(via, direct)}; limit +{P99_MARGIN_MS:g} ms"
+    if prof.quiet_windows:
+        detail += f". Under the load, outside faults (not judged): {p99s(*loaded)}"
+    hold("ack_p99_within_2ms_of_direct", ok, detail)
 
     # kshim's own time: the growth of each instance's histograms between two samples of the
     # same process, both outside fault windows.
@@ -1135,6 +1169,10 @@ def plots(out: Path, rec: Recorder, ticks: list[dict], t0: float, grace: float) 
             ax.axvspan(f["at"] - t0, end - t0, color="tab:red", alpha=0.12, lw=0)
             ax.text(f["at"] - t0, 1.0, f["kind"].replace("_", " "), transform=ax.get_xaxis_transform(),
                     rotation=90, fontsize=6, va="top", ha="right", color="tab:red")
+        for a, b in rec.quiet:
+            ax.axvspan(a - t0, b - t0, color="tab:green", alpha=0.12, lw=0)
+            ax.text(a - t0, 1.0, "quiet", transform=ax.get_xaxis_transform(),
+                    rotation=90, fontsize=6, va="top", ha="right", color="tab:green")
 
     def save(fig, ax, name: str, title: str, ylabel: str) -> None:
         bands(ax)
@@ -1296,7 +1334,7 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
         ["Soak", "--bootstrap", ",".join(i.bootstrap for i in instances), "--direct", kafka.bootstrap,
          "--seconds", str(prof.seconds), "--records-per-s", str(prof.records_per_s),
          "--linger-ms", str(prof.linger_ms), "--probe-per-s", str(prof.probe_per_s),
-         "--stop-file", str(stop_file), "--bulk-direct", str(prof.bulk_direct).lower(), *prop_args],
+         "--stop-file", str(stop_file), "--quiet-file", str(out / "load.quiet"), "--bulk-direct", str(prof.bulk_direct).lower(), *prop_args],
         workdir=out, name="clients", extra_classpath=[classes], jars=jars,
         log_config=SOAK_DEBUG_LOG4J if prof.debug_producer else ke.CLIENTS_LOG4J,
         jvm_args=(["-Xmx1g"] if quick else ["-Xmx1g", "-XX:TieredStopAtLevel=4"])
@@ -1304,6 +1342,21 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
     if not ke.wait_until(lambda: read_java(java.stdout_path)[0] or not java.alive(), 120, 0.2) or not java.alive():
         raise ke.EnvError(f"the client load did not start\n{ke.tail(java.stdout_path)}\n{ke.tail(java.stderr_path)}")
     return java, read_java(java.stdout_path)[0][0]["t"] / 1000 - 1
+
+
+def run_quiet_windows(prof: Profile, t0: float, quiet_file: Path, rec: Recorder, stop: threading.Event) -> None:
+    """The bulk producer's pauses (Profile.quiet_windows): `quiet_file` exists during each one."""
+    for offset, length in prof.quiet_windows:
+        if stop.wait(max(0.0, t0 + offset - time.time())):
+            return
+        quiet_file.touch()
+        start = time.time()
+        log(f"quiet window: the bulk producer pauses for {length:g} s, the probes go on")
+        stop.wait(length)
+        quiet_file.unlink(missing_ok=True)
+        if stop.is_set():
+            return
+        rec.add("quiet", (start, time.time()))
 
 
 def run_faults(faults: Faults, planned: list, prof: Profile, t0: float) -> None:
@@ -1340,6 +1393,7 @@ def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: R
                     **({"converged_s": f.get("converged_s")} if "converged_s" in f else {}),
                     **({"detail": f["detail"]} if "detail" in f else {"error": f.get("error", "")})}
                    for f in rec.faults],
+        "quiet_windows_s": [[round(a - t0, 1), round(b - t0, 1)] for a, b in rec.quiet],
         "invariants": inv,
         "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
     }
@@ -1350,7 +1404,8 @@ def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: R
             "duration": f"{load_s:.0f} s", "seed": seed,
             "load": f"{prof.records_per_s} records/s of 1 KiB (acks=all, idempotent, linger {prof.linger_ms} ms) "
                     f"{'to the brokers directly' if prof.bulk_direct else 'through kshim over TLS'}; probe {prof.probe_per_s}/s through kshim and direct; "
-                    f"{CHURN_PER_MIN} short-lived connections/min; UpdateFeatures every {UPDATE_EVERY_S:g} s",
+                    f"{CHURN_PER_MIN} short-lived connections/min; UpdateFeatures every {UPDATE_EVERY_S:g} s"
+                    + "".join(f"; the bulk producer paused at {a - t0:.0f}-{b - t0:.0f} s" for a, b in rec.quiet),
             "Kafka": f"{RELEASE}, three combined KRaft nodes"
                      + (" (lean JVM: C1 compiler, serial collector)" if prof.lean_brokers else ""),
             "placement": pinned or "default (every process on every CPU, at the default priority)",
@@ -1378,6 +1433,7 @@ def run(args) -> int:
     kafka = new_kafka(out, prof.lean_brokers)
     instances: list[Instance] = []
     activity = java = placement = None
+    quiet_stop = threading.Event()
     try:
         log(f"starting three Kafka {RELEASE} brokers")
         kafka.start()
@@ -1397,6 +1453,8 @@ def run(args) -> int:
         if placement is not None:
             placement.java_pid = java.proc.pid
         log("client load running")
+        threading.Thread(target=run_quiet_windows, args=(prof, t0, out / "load.quiet", rec, quiet_stop),
+                         name="quiet-windows", daemon=True).start()
         activity = Activity(instances, certs, rec, seed)
         activity.start()
         run_faults(Faults(kafka, instances, certs, files, activity, rec, prof, random.Random(seed + 2)),
@@ -1463,6 +1521,7 @@ def run(args) -> int:
         log(f"report: {out / 'summary.md'} ({'every invariant held' if held else 'an invariant did not hold'})")
         return 0 if held else 1
     finally:
+        quiet_stop.set()
         if placement is not None:
             placement.close()
         if activity is not None:

@@ -3,10 +3,11 @@
 //
 //   Soak --bootstrap KSHIMS --direct BROKERS --seconds S --records-per-s R [--size BYTES] [--bulk-direct true]
 //        [--keys K] [--linger-ms L] [--probe-per-s P] [--drain-s D] [--admin-every-ms MS]
-//        [--stop-file PATH] [--prop k=v ...]
+//        [--stop-file PATH] [--quiet-file PATH] [--prop k=v ...]
 //
-// The load runs for S seconds, or until PATH exists if that comes first (the driver ends a
-// quick run once its faults have healed).
+// The load runs for S seconds, or until the stop file exists if that comes first (the driver
+// ends a quick run once its faults have healed). While the quiet file exists, the bulk producer
+// sends nothing and the probes go on: the driver's windows for the end-to-end latency rule.
 //
 // Through kshim (the --prop settings, such as TLS, apply to these clients only):
 //   - a producer (acks=all, idempotent, linger L ms) writes R keyed records/s of BYTES to soak-data; record
@@ -63,6 +64,8 @@ public class Soak {
     static final String DATA = "soak-data";
     static final String PROBE = "soak-probe";
     static final AtomicBoolean producing = new AtomicBoolean(true);
+    // While this file exists the bulk producer pauses (--quiet-file); null: never.
+    static volatile Path quietFile;
     static final AtomicBoolean running = new AtomicBoolean(true);
 
     /** Counts of one second, swapped out by the ticker. */
@@ -182,7 +185,17 @@ public class Soak {
         long started = System.nanoTime();
         long sent = 0;
         int key = 0;
+        long quietChecked = 0;
+        boolean quiet = false;
         while (producing.get()) {
+            if (quietFile != null && System.nanoTime() - quietChecked > 50_000_000L) {
+                quietChecked = System.nanoTime();
+                quiet = Files.exists(quietFile);
+            }
+            if (quiet) {
+                Thread.sleep(20);
+                continue;  // after the window, the catch-up below is at most a tenth of a second's records
+            }
             long due = (long) ((System.nanoTime() - started) / 1e9 * perSecond);
             if (due - sent > perSecond) {  // stalled for over a second (a fault): do not burst
                 sent = due - perSecond / 10;
@@ -401,6 +414,7 @@ public class Soak {
         KafkaProducer<String, String> producer = producer(bulkProps, lingerMs);
         KafkaProducer<String, String> probeVia = producer(common(bootstrap, props), 0);
         KafkaProducer<String, String> probeDirect = producer(common(directBootstrap, Map.of()), 0);
+        quietFile = args.containsKey("--quiet-file") ? Path.of(args.get("--quiet-file")) : null;
         Thread bulkThread = daemon("bulk", loop(() -> bulk(producer, perSecond, size)));
         Thread probeThread = daemon("probe", loop(() -> probes(probeVia, probeDirect, probePerSecond)));
 
