@@ -38,6 +38,7 @@ import socket
 import ssl
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -57,6 +58,7 @@ MAX_LEVEL = 8
 TOKEN = "soak-" + "admin"
 SOAK_SRC = ke.INTEROP_DIR / "java" / "Soak.java"
 SOAK_DEBUG_LOG4J = ke.INTEROP_DIR / "log4j2-soak-debug.properties"
+HEAP_CENSUS = ke.REPO_ROOT / "tests" / "tools" / "heap_census.py"
 INSTANCES = 3
 BROKERS = 3
 KINDS = ["kshim_kill", "writer_pause", "broker_roll", "state_leader_stop", "cert_rotate", "config_patch",
@@ -1493,6 +1495,11 @@ def run(args) -> int:
             # of a memory invariant that did not hold.
             if i.kshim.alive():
                 shutil.copyfile(f"/proc/{i.kshim.pid}/smaps", out / f"smaps-{i.name}-idle-after.txt")
+                # And what the allocator's pages hold: free pages not handed back, or free blocks
+                # kept resident by a few live ones on their page.
+                census = subprocess.run([sys.executable, str(HEAP_CENSUS), str(i.kshim.pid)],
+                                        capture_output=True, text=True, timeout=60)
+                (out / f"heap-{i.name}-idle-after.txt").write_text(census.stdout + census.stderr)
                 # And what each descriptor is, for a descriptor count that did not come back.
                 try:
                     fds = sorted(os.listdir(f"/proc/{i.kshim.pid}/fd"), key=int)
