@@ -21,8 +21,7 @@ thread) through /proc/PID/mem, and which of the page's memory is resident throug
 
 The page table's layout is mimalloc's own (libmimalloc-sys 0.1.49, mimalloc 3.x, release
 build): the tool checks what it reads, and fails with a message when it finds no page table.
-Reading an unresident page of the table maps the kernel's zero page, which is counted
-nowhere but in this tool's own "resident in mimalloc's mappings" on a second run.
+It reads only resident memory, so that it changes nothing in the process it reads.
 """
 
 from __future__ import annotations
