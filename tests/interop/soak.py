@@ -84,9 +84,13 @@ P99_MARGIN_MS = 2.0
 # The end-to-end rule is judged in quiet windows: the bulk producer pauses while the probes go
 # on, so that the comparison is of the two paths and not of two waits for a saturated core (at
 # 5 MiB/s with --pin, the brokers, the clients and the driver fill CPU 0, and both paths' p99 is
-# a second of queueing, where 2 ms cannot be seen). Each window's first seconds, while the
-# brokers and the consumers finish the load's backlog, are not counted.
-QUIET_SETTLE_S = 5.0
+# a second of queueing, where 2 ms cannot be seen). The windows come after the full load and
+# its faults (in the first minutes the brokers' JIT compilers alone fill CPU 0, load or not),
+# QUIET_GAP_S at the full rate apart; each window's first QUIET_SETTLE_S, while the brokers and
+# the consumers finish the producer's backlog, are not counted.
+QUIET_S = 50.0
+QUIET_GAP_S = 30.0
+QUIET_SETTLE_S = 20.0
 # kshim's own time per request and per response (kshim_own_time_seconds, both legs), outside
 # fault windows: what kshim itself adds, whatever the brokers and the clients wait for.
 OWN_P99_MS = 1.0
@@ -113,9 +117,9 @@ class Profile:
     # after the last one healed: a quick run takes what its faults take on this machine (a
     # broker roll is 50 s on a quiet machine and 75 s beside the test command), within `seconds`.
     back_to_back: bool = False
-    # Where the bulk producer pauses, as (seconds after the load began, seconds), all inside the
-    # warm-up (no fault runs there): the windows in which the end-to-end rule is judged.
-    quiet_windows: tuple[tuple[float, float], ...] = ()
+    # How many times the bulk producer pauses for QUIET_S once the full load has run `seconds`
+    # and its faults have healed: the windows in which the end-to-end rule is judged.
+    quiet_windows: int = 0
     # Whether the end-to-end latency invariant (the ack p99 against direct) decides the outcome:
     # it needs a machine that is not saturated, and a three-minute run beside other work (the
     # test command) cannot tell 1-2 ms from the clients' and brokers' waiting for a core. There
@@ -142,14 +146,10 @@ def profile(minutes: float, quick: bool, mbps: float | None, lean_brokers: bool 
                        grace_s=10, gap_s=3, back_to_back=True, judge_performance=False, kshim_realtime=True,
                        lean_brokers=True)
     seconds = int(minutes * 60)
-    warmup_s = min(300, seconds // 6)
-    # Two windows in the warm-up, each after a stretch at the full rate: 50 s at 60 and 180 s
-    # in the 300 s warm-up of a run of 30 minutes or more.
-    quiet_s = min(50.0, warmup_s * 0.3)
     return Profile(seconds=seconds, records_per_s=int((mbps or 5) * 1024), linger_ms=5, probe_per_s=100,
-                   warmup_s=warmup_s, tail_s=60, repeats=2, kill_down_s=5, pause_s=20,
+                   warmup_s=min(300, seconds // 6), tail_s=60, repeats=2, kill_down_s=5, pause_s=20,
                    leader_stop_s=30, flood_s=20, grace_s=15, gap_s=20, lean_brokers=lean_brokers,
-                   quiet_windows=((warmup_s * 0.2, quiet_s), (warmup_s * 0.6, quiet_s)))
+                   quiet_windows=2)
 
 
 def log(msg: str) -> None:
@@ -1095,14 +1095,14 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
     if prof.quiet_windows:
         counted = [(a + QUIET_SETTLE_S, b) for a, b in rec.quiet]
         via, direct = probe_acks(lambda t: any(a <= t - 1 and t <= b for a, b in counted))
-        where = (f"in {len(rec.quiet)} of {len(prof.quiet_windows)} quiet windows (the bulk producer paused; "
-                 f"the first {QUIET_SETTLE_S:g} s of each not counted)")
+        where = (f"in {len(rec.quiet)} of {prof.quiet_windows} quiet windows after the load (the bulk producer "
+                 f"paused {QUIET_S:g} s; the first {QUIET_SETTLE_S:g} s of each not counted)")
     else:
         via, direct = loaded
         where = "outside fault windows"
     pv, pd = percentile(via, 0.99), percentile(direct, 0.99)
     ok = (pv is not None and pd is not None and pv - pd <= P99_MARGIN_MS
-          and len(rec.quiet) == len(prof.quiet_windows))
+          and len(rec.quiet) == prof.quiet_windows)
     detail = f"probe ack p99 {where}: {p99s(via, direct)}; limit +{P99_MARGIN_MS:g} ms"
     if prof.quiet_windows:
         detail += f". Under the load, outside faults (not judged): {p99s(*loaded)}"
@@ -1334,7 +1334,7 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
     prop_args = [a for k, v in props.items() for a in ("--prop", f"{k}={v}")]
     java = ke.BackgroundJava(
         ["Soak", "--bootstrap", ",".join(i.bootstrap for i in instances), "--direct", kafka.bootstrap,
-         "--seconds", str(prof.seconds), "--records-per-s", str(prof.records_per_s),
+         "--seconds", str(prof.seconds + (3600 if prof.quiet_windows else 0)), "--records-per-s", str(prof.records_per_s),
          "--linger-ms", str(prof.linger_ms), "--probe-per-s", str(prof.probe_per_s),
          "--stop-file", str(stop_file), "--quiet-file", str(out / "load.quiet"), "--bulk-direct", str(prof.bulk_direct).lower(), *prop_args],
         workdir=out, name="clients", extra_classpath=[classes], jars=jars,
@@ -1346,18 +1346,19 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
     return java, read_java(java.stdout_path)[0][0]["t"] / 1000 - 1
 
 
-def run_quiet_windows(prof: Profile, t0: float, quiet_file: Path, rec: Recorder, stop: threading.Event) -> None:
-    """The bulk producer's pauses (Profile.quiet_windows): `quiet_file` exists during each one."""
-    for offset, length in prof.quiet_windows:
-        if stop.wait(max(0.0, t0 + offset - time.time())):
-            return
+def run_quiet_windows(prof: Profile, quiet_file: Path, rec: Recorder) -> None:
+    """The bulk producer's pauses (Profile.quiet_windows), QUIET_GAP_S at the full rate apart:
+    `quiet_file` exists during each one."""
+    for n in range(prof.quiet_windows):
+        if n:
+            time.sleep(QUIET_GAP_S)
         quiet_file.touch()
         start = time.time()
-        log(f"quiet window: the bulk producer pauses for {length:g} s, the probes go on")
-        stop.wait(length)
-        quiet_file.unlink(missing_ok=True)
-        if stop.is_set():
-            return
+        log(f"quiet window: the bulk producer pauses for {QUIET_S:g} s, the probes go on")
+        try:
+            time.sleep(QUIET_S)
+        finally:
+            quiet_file.unlink(missing_ok=True)
         rec.add("quiet", (start, time.time()))
 
 
@@ -1435,7 +1436,6 @@ def run(args) -> int:
     kafka = new_kafka(out, prof.lean_brokers)
     instances: list[Instance] = []
     activity = java = placement = None
-    quiet_stop = threading.Event()
     try:
         log(f"starting three Kafka {RELEASE} brokers")
         kafka.start()
@@ -1455,8 +1455,6 @@ def run(args) -> int:
         if placement is not None:
             placement.java_pid = java.proc.pid
         log("client load running")
-        threading.Thread(target=run_quiet_windows, args=(prof, t0, out / "load.quiet", rec, quiet_stop),
-                         name="quiet-windows", daemon=True).start()
         activity = Activity(instances, certs, rec, seed)
         activity.start()
         run_faults(Faults(kafka, instances, certs, files, activity, rec, prof, random.Random(seed + 2)),
@@ -1471,6 +1469,12 @@ def run(args) -> int:
             load_end = min(load_end, max(last_heal, t0 + prof.warmup_s) + prof.tail_s)
             time.sleep(max(0.0, load_end - time.time()))
             stop_file.touch()
+        elif prof.quiet_windows:
+            # The full load ran its time and its faults healed: the quiet windows, then the end.
+            time.sleep(max(0.0, max(load_end, last_heal + prof.grace_s) - time.time()))
+            run_quiet_windows(prof, out / "load.quiet", rec)
+            stop_file.touch()
+            load_end = time.time()
         log("waiting for the client load to end and to check what it consumed")
         # What each part cost, up to the end of the load (the drain's consuming excluded).
         ke.wait_until(lambda: time.time() > load_end or not java.alive(), max(0.0, load_end - time.time()) + 60, 0.5)
@@ -1528,7 +1532,6 @@ def run(args) -> int:
         log(f"report: {out / 'summary.md'} ({'every invariant held' if held else 'an invariant did not hold'})")
         return 0 if held else 1
     finally:
-        quiet_stop.set()
         if placement is not None:
             placement.close()
         if activity is not None:
