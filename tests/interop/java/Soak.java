@@ -7,7 +7,8 @@
 //
 // The load runs for S seconds, or until the stop file exists if that comes first (the driver
 // ends a quick run once its faults have healed). While the quiet file exists, the bulk producer
-// sends nothing and the probes go on: the driver's windows for the end-to-end latency rule.
+// and the Admin client do nothing and the probes go on: the driver's windows for the end-to-end
+// latency rule.
 //
 // Through kshim (the --prop settings, such as TLS, apply to these clients only):
 //   - a producer (acks=all, idempotent, linger L ms) writes R keyed records/s of BYTES to soak-data; record
@@ -64,8 +65,13 @@ public class Soak {
     static final String DATA = "soak-data";
     static final String PROBE = "soak-probe";
     static final AtomicBoolean producing = new AtomicBoolean(true);
-    // While this file exists the bulk producer pauses (--quiet-file); null: never.
+    // While this file exists the bulk producer and the Admin client pause (--quiet-file); null: never.
     static volatile Path quietFile;
+
+    static boolean quiet() {
+        Path f = quietFile;
+        return f != null && Files.exists(f);
+    }
     static final AtomicBoolean running = new AtomicBoolean(true);
 
     /** Counts of one second, swapped out by the ticker. */
@@ -188,9 +194,9 @@ public class Soak {
         long quietChecked = 0;
         boolean quiet = false;
         while (producing.get()) {
-            if (quietFile != null && System.nanoTime() - quietChecked > 50_000_000L) {
+            if (System.nanoTime() - quietChecked > 50_000_000L) {
                 quietChecked = System.nanoTime();
-                quiet = Files.exists(quietFile);
+                quiet = quiet();
             }
             if (quiet) {
                 Thread.sleep(20);
@@ -375,6 +381,7 @@ public class Soak {
         daemon("admin", loop(() -> {
             String previous = null;
             for (int n = 0; producing.get(); n++) {
+                while (quiet() && producing.get()) Thread.sleep(100);
                 String topic = "soak-admin-" + n;
                 try {
                     admin.createTopics(List.of(new NewTopic(topic, 1, (short) 3))).all().get();
