@@ -272,22 +272,29 @@ pub fn kept_bytes() -> u64 {
 ///
 /// A thread's free pages can only be handed back by that thread, when it
 /// parks. The last thread to go idle after a burst may have handed its pages
-/// back a moment before the burst ended; then it sleeps, and a worker that
+/// back a moment before the burst ended, and blocks it allocated may be freed
+/// by other threads after its last park; then it sleeps, and a worker that
 /// sleeps on the runtime's condition variable wakes only for new work. So,
-/// while a thread owes a release, this task, once a second, spawns two empty
-/// tasks on its own worker (the second pushes the first from the worker's
-/// LIFO slot to its queue, which wakes a parked worker to take it) and calls
-/// `wake_others` for the threads of other runtimes; each woken thread parks
-/// again and hands its pages back. A soak's idle instance kept 1.9 MiB of
-/// such pages 12 s after its clients left, and gave them back minutes later.
+/// once a second, while a thread owes a release or anything was allocated
+/// since the last second, this task spawns two empty tasks on its own worker
+/// (the second pushes the first from the worker's LIFO slot to its queue,
+/// which wakes a parked worker to take it) and calls `wake_others` for the
+/// threads of other runtimes; each woken thread parks again and hands its
+/// pages back. An instance that stays idle is left asleep a second or two
+/// later. A soak's idle instance kept 1.9 MiB of such pages 12 s after its
+/// clients left, and gave them back minutes later.
 pub async fn release_kept_memory(wake_others: impl Fn()) {
+    let mut allocated = allocations();
     loop {
         tokio::time::sleep(kept::KEEP_IDLE).await;
         kept::release_if_idle();
-        if OWING.load(Ordering::Relaxed) > 0 {
+        if OWING.load(Ordering::Relaxed) > 0 || allocations() != allocated {
             tokio::spawn(async {});
             tokio::spawn(async {});
             wake_others();
+            // After the wake-ups' own allocations: a quiet second next time
+            // means nothing else allocated.
+            allocated = allocations();
         }
     }
 }
