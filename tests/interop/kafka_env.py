@@ -202,23 +202,41 @@ def _bindable(port: int) -> bool:
     return True
 
 
+# Ports this process handed out, and when: a port is free until its listener binds it, so two
+# threads that start clusters side by side (the shared brokers, and the broker that writes
+# their class-data archive) could be handed the same one. Not again within PORT_HELD_S.
+_HANDED_OUT: dict[int, float] = {}
+_HANDED_OUT_LOCK = threading.Lock()
+PORT_HELD_S = 120.0
+
+
 def free_ports(count: int, following: int = 0) -> list[int]:
     """`count` distinct loopback ports that were free a moment ago, each with the `following`
     ports after it free too (kshim's per-broker listeners default to the listen port + 1 + the
-    node id). Drawn at random below the ephemeral range, so that no connection takes one."""
+    node id), none handed out by this process in the last PORT_HELD_S. Drawn at random below the
+    ephemeral range, so that no connection takes one."""
     ports: list[int] = []
     span = _listener_port_range()
     rng = random.Random()
-    while len(ports) < count:
-        if span is None:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        else:
-            port = rng.randrange(span.start, span.stop - following)
-        taken = set(range(port, port + following + 1)) & {q for p in ports for q in range(p, p + following + 1)}
-        if not taken and all(_bindable(q) for q in range(port, port + following + 1)):
-            ports.append(port)
+    with _HANDED_OUT_LOCK:
+        now = time.monotonic()
+        for port, at in list(_HANDED_OUT.items()):
+            if now - at > PORT_HELD_S:
+                del _HANDED_OUT[port]
+        while len(ports) < count:
+            if span is None:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+            else:
+                port = rng.randrange(span.start, span.stop - following)
+            wanted = range(port, port + following + 1)
+            taken = set(wanted) & ({q for p in ports for q in range(p, p + following + 1)} | _HANDED_OUT.keys())
+            if not taken and all(_bindable(q) for q in wanted):
+                ports.append(port)
+        for port in ports:
+            for q in range(port, port + following + 1):
+                _HANDED_OUT[q] = now
     return ports
 
 
