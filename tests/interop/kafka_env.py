@@ -231,12 +231,9 @@ def free_ports(count: int, following: int = 0) -> list[int]:
             else:
                 port = rng.randrange(span.start, span.stop - following)
             wanted = range(port, port + following + 1)
-            taken = set(wanted) & ({q for p in ports for q in range(p, p + following + 1)} | _HANDED_OUT.keys())
-            if not taken and all(_bindable(q) for q in wanted):
+            if not any(q in _HANDED_OUT for q in wanted) and all(_bindable(q) for q in wanted):
                 ports.append(port)
-        for port in ports:
-            for q in range(port, port + following + 1):
-                _HANDED_OUT[q] = now
+                _HANDED_OUT.update(dict.fromkeys(wanted, now))
     return ports
 
 

@@ -94,6 +94,7 @@ P99_MARGIN_MS = 2.0
 QUIET_S = 50.0
 QUIET_GAP_S = 30.0
 QUIET_SETTLE_S = 20.0
+QUIET_FILE = "load.quiet"  # in the report directory: Soak.java's --quiet-file
 # kshim's own time per request and per response (kshim_own_time_seconds, both legs), outside
 # fault windows: what kshim itself adds, whatever the brokers and the clients wait for.
 OWN_P99_MS = 1.0
@@ -1343,7 +1344,7 @@ def start_load(prof: Profile, quick: bool, kafka: ke.KafkaCluster, instances: li
         ["Soak", "--bootstrap", ",".join(i.bootstrap for i in instances), "--direct", kafka.bootstrap,
          "--seconds", str(prof.seconds + (3600 if prof.quiet_windows else 0)), "--records-per-s", str(prof.records_per_s),
          "--linger-ms", str(prof.linger_ms), "--probe-per-s", str(prof.probe_per_s),
-         "--stop-file", str(stop_file), "--quiet-file", str(out / "load.quiet"), "--bulk-direct", str(prof.bulk_direct).lower(), *prop_args],
+         "--stop-file", str(stop_file), "--quiet-file", str(out / QUIET_FILE), "--bulk-direct", str(prof.bulk_direct).lower(), *prop_args],
         workdir=out, name="clients", extra_classpath=[classes], jars=jars,
         log_config=SOAK_DEBUG_LOG4J if prof.debug_producer else ke.CLIENTS_LOG4J,
         jvm_args=(["-Xmx1g"] if quick else ["-Xmx1g", "-XX:TieredStopAtLevel=4"])
@@ -1480,7 +1481,7 @@ def run(args) -> int:
         elif prof.quiet_windows:
             # The full load ran its time and its faults healed: the quiet windows, then the end.
             time.sleep(max(0.0, max(load_end, last_heal + prof.grace_s) - time.time()))
-            run_quiet_windows(prof, out / "load.quiet", activity, rec)
+            run_quiet_windows(prof, out / QUIET_FILE, activity, rec)
             stop_file.touch()
             load_end = time.time()
         log("waiting for the client load to end and to check what it consumed")
@@ -1509,9 +1510,13 @@ def run(args) -> int:
                 shutil.copyfile(f"/proc/{i.kshim.pid}/smaps", out / f"smaps-{i.name}-idle-after.txt")
                 # And what the allocator's pages hold: free pages not handed back, or free blocks
                 # kept resident by a few live ones on their page.
-                census = subprocess.run([sys.executable, str(HEAP_CENSUS), str(i.kshim.pid)],
-                                        capture_output=True, text=True, timeout=60)
-                (out / f"heap-{i.name}-idle-after.txt").write_text(census.stdout + census.stderr)
+                try:
+                    census = subprocess.run([sys.executable, str(HEAP_CENSUS), str(i.kshim.pid)],
+                                            capture_output=True, text=True, timeout=60)
+                    text = census.stdout + census.stderr
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    text = f"heap_census.py did not run: {e}\n"
+                (out / f"heap-{i.name}-idle-after.txt").write_text(text)
                 # And what each descriptor is, for a descriptor count that did not come back.
                 try:
                     fds = sorted(os.listdir(f"/proc/{i.kshim.pid}/fd"), key=int)

@@ -45,13 +45,19 @@ class CensusError(RuntimeError):
     pass
 
 
-def _threads(pid: int) -> dict[int, str]:
-    """Each thread's pthread_t (the address mimalloc records as a page's owner, which lies in
-    the thread's stack mapping for every thread but the main one) -> "TID name"."""
-    maps = []
+def _mappings(pid: int) -> list[tuple[int, int, str]]:
+    """(start, end, permissions) of each mapping of the process."""
+    out = []
     for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-        maps.append((lo, hi))
+        head = line.split()
+        lo, hi = (int(x, 16) for x in head[0].split("-"))
+        out.append((lo, hi, head[1]))
+    return out
+
+
+def _threads(pid: int, maps: list[tuple[int, int, str]]) -> dict[tuple[int, int], str]:
+    """The stack mapping of each thread -> "TID name". A thread's pthread_t, which mimalloc
+    records as a page's owner, lies in its stack mapping for every thread but the main one."""
     out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         name = (task / "comm").read_text().strip()
@@ -59,19 +65,15 @@ def _threads(pid: int) -> dict[int, str]:
         if len(fields) < 3:
             continue
         sp = int(fields[-2], 16)
-        for lo, hi in maps:
+        for lo, hi, _ in maps:
             if lo <= sp < hi:
                 out[(lo, hi)] = f"{task.name} {name}"
     return out
 
 
 def census(pid: int) -> str:
-    maps = []
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        head = line.split()
-        lo, hi = (int(x, 16) for x in head[0].split("-"))
-        if REGION[0] <= lo < REGION[1] and head[1].startswith("rw"):
-            maps.append((lo, hi))
+    mappings = _mappings(pid)
+    maps = [(lo, hi) for lo, hi, perms in mappings if REGION[0] <= lo < REGION[1] and perms.startswith("rw")]
     if not maps:
         raise CensusError(f"no mimalloc arena in process {pid} (is it kshim, built with mimalloc?)")
     with open(f"/proc/{pid}/pagemap", "rb") as pagemap, open(f"/proc/{pid}/mem", "rb") as mem:
@@ -96,7 +98,7 @@ def census(pid: int) -> str:
                               "res": resident(start - start % PAGE, -(-span // PAGE)) * 4})
     if not pages:
         raise CensusError("no mimalloc page table found: a mimalloc other than 3.x, or a debug build")
-    stacks = _threads(pid)
+    stacks = _threads(pid, mappings)
 
     def owner_name(owner: int) -> str:
         if owner == 0:
@@ -140,7 +142,7 @@ def census(pid: int) -> str:
 
 def main() -> int:
     if len(sys.argv) != 2 or not sys.argv[1].isdigit():
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: heap_census.py PID", file=sys.stderr)
         return 2
     try:
         print(census(int(sys.argv[1])))
