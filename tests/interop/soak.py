@@ -1256,7 +1256,10 @@ def write_report(out: Path, summary: dict, pngs: list[str], meta: dict) -> None:
     for f in summary["faults"]:
         lines.append(f"| {f['kind']} | {f['at_s']} | {f['healed_s']} | {f.get('converged_s')} | "
                      f"{(f.get('detail') or f.get('error', ''))[:200].replace('|', '/')} |")
-    lines += ["", "## Plots", "", "Fault windows are drawn as red bands.", ""]
+    bands = "Fault windows are drawn as red bands"
+    if summary.get("quiet_windows_s"):
+        bands += ", quiet windows as green ones"
+    lines += ["", "## Plots", "", bands + ".", ""]
     lines += [f"![{p}]({p})" for p in pngs]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
