@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Where a forwarder's time goes: `perf stat` on one or more kshim binaries while the same Java
-ProducerPerformance run (1 KiB and 64 KiB records, acks=1) goes through each, in one run, in
+"""Where a forwarder's time goes: `perf stat` on one or more kshim binaries, and with --relay on
+the byte relay of scripts/bench-proxy.sh (socat, 128 KiB buffer, TCP_NODELAY both ways), while the
+same Java ProducerPerformance run (1 KiB and 64 KiB records) goes through each, in one run, in
 front of one Kafka 4.1.1 broker.
 
-For each binary and record size it prints, per MiB of records forwarded: context switches,
-futex calls, recvfrom/read and sendto/write/writev calls, and CPU milliseconds, and the
-producer's MB/s. The first binary is the baseline the others are compared to.
+For each forwarder and record size it prints, per MiB of records forwarded: context switches,
+futex calls, recvfrom/read and sendto/write/writev calls, waits (epoll_wait and epoll_pwait,
+select, pselect6, poll and ppoll), and CPU milliseconds, and the producer's MB/s.
 
     .venv/bin/python tests/tools/forward_perf.py target/release/kshim [OTHER_KSHIM ...]
+    .venv/bin/python tests/tools/forward_perf.py --relay --acks all target/release/kshim
 
 Needs `perf` with access to syscall tracepoints (run as root). Every process started here is
 stopped by its PID.
@@ -18,8 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -33,16 +38,17 @@ EVENTS = {
     "futex": ["syscalls:sys_enter_futex"],
     "reads": ["syscalls:sys_enter_recvfrom", "syscalls:sys_enter_read"],
     "writes": ["syscalls:sys_enter_sendto", "syscalls:sys_enter_write", "syscalls:sys_enter_writev"],
-    "epoll_wait": ["syscalls:sys_enter_epoll_wait"],
+    "waits": ["syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_epoll_pwait", "syscalls:sys_enter_select",
+              "syscalls:sys_enter_pselect6", "syscalls:sys_enter_poll", "syscalls:sys_enter_ppoll"],
 }
 
 
-def producer(bootstrap: str, topic: str, size: int, records: int) -> float:
+def producer(bootstrap: str, topic: str, size: int, records: int, acks: str = "1") -> float:
     out = subprocess.run(
         ke.java_command([
             "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
             "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
-            "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "enable.idempotence=false",
+            "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}", "enable.idempotence=false",
         ]),
         capture_output=True, text=True, timeout=600, check=True,
     ).stdout
@@ -60,11 +66,13 @@ def perf_counters(perf_pid: int) -> int:
         return 0
 
 
+EVENT_LIST = [e for group in EVENTS.values() for e in group] + ["task-clock"]
+
+
 def measure(pid: int, run) -> tuple[dict[str, float], float, float]:
-    events = [e for group in EVENTS.values() for e in group] + ["task-clock"]
     # perf has attached once it holds a counter for each event on each thread of `pid`.
-    want = len(events) * len(os.listdir(f"/proc/{pid}/task"))
-    perf = subprocess.Popen(["perf", "stat", "-x", ",", "-p", str(pid), "-e", ",".join(events)],
+    want = len(EVENT_LIST) * len(os.listdir(f"/proc/{pid}/task"))
+    perf = subprocess.Popen(["perf", "stat", "-x", ",", "-p", str(pid), "-e", ",".join(EVENT_LIST)],
                             stderr=subprocess.PIPE, text=True)
     if not ke.wait_until(lambda: perf_counters(perf.pid) >= want, 10):
         perf.kill()
@@ -74,6 +82,39 @@ def measure(pid: int, run) -> tuple[dict[str, float], float, float]:
     finally:
         perf.send_signal(2)
         _, err = perf.communicate(timeout=30)
+    return parse_counts(err, mbs)
+
+
+def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], float, float]:
+    """A socat relay started under `perf stat` for this one run: the counters follow the process
+    it forks for each connection, and a child's counts reach perf when the child ends, so the
+    children are stopped before the relay itself."""
+    socat = shutil.which("socat")
+    if socat is None:
+        raise SystemExit(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
+    perf = subprocess.Popen(
+        ["perf", "stat", "-x", ",", "-e", ",".join(EVENT_LIST), "--", socat, "-b", str(128 * 1024),
+         f"TCP4-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=4096,nodelay",
+         f"TCP4:127.0.0.1:{target_port},nodelay"],
+        stderr=subprocess.PIPE, text=True)
+    if not ke.wait_until(lambda: ke.port_accepts("127.0.0.1", port), 10):
+        perf.kill()
+        raise SystemExit(f"the relay did not listen on {port} within 10 s:\n{perf.communicate()[1][-2000:]}")
+    try:
+        mbs = run()
+    finally:
+        relay = [int(c) for c in Path(f"/proc/{perf.pid}/task/{perf.pid}/children").read_text().split()]
+        for parent in relay:
+            for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+                os.kill(int(child), signal.SIGTERM)
+        time.sleep(0.5)
+        for parent in relay:
+            os.kill(parent, signal.SIGTERM)
+        _, err = perf.communicate(timeout=30)
+    return parse_counts(err, mbs)
+
+
+def parse_counts(err: str, mbs: float) -> tuple[dict[str, float], float, float]:
     counts: dict[str, float] = {}
     for line in err.splitlines():
         parts = line.split(",")
@@ -88,8 +129,21 @@ def main() -> int:
     parser.add_argument("binaries", nargs="+")
     parser.add_argument("--records-1k", type=int, default=200_000)
     parser.add_argument("--records-64k", type=int, default=6_000)
+    parser.add_argument("--acks", choices=["1", "all"], default="1")
+    parser.add_argument("--relay", action="store_true", help="measure the socat relay too, first")
     args = parser.parse_args()
-    cluster = ke.KafkaCluster(1).start()
+    overrides, extra_ports = {}, 0
+    if args.relay:
+        # The relay cannot rewrite Metadata: the broker advertises the relay's port (extra1) on a
+        # listener of its own (extra0), as in scripts/bench-proxy.sh.
+        overrides = {
+            "listeners": "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},"
+                         "RELAY://127.0.0.1:{extra0}",
+            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port},RELAY://127.0.0.1:{extra1}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        }
+        extra_ports = 2
+    cluster = ke.KafkaCluster(1, listener_overrides=overrides, extra_ports=extra_ports).start()
     procs = []
     try:
         for b in args.binaries:
@@ -98,13 +152,22 @@ def main() -> int:
         rows = []
         for size, records in ((1024, args.records_1k), (65536, args.records_64k)):
             topic = f"perf-{size}"
+            mib = size * records / MIB
             producer(cluster.bootstrap, topic, size, 1000)  # creates the topic, warms the broker
+            if args.relay:
+                target, port = cluster.nodes[0].extra_ports
+                warm = max(records // 10, 100)
+                measure_relay(port, target, lambda: producer(f"127.0.0.1:{port}", topic, size, warm, args.acks))
+                grouped, cpu_ms, mbs = measure_relay(
+                    port, target, lambda: producer(f"127.0.0.1:{port}", topic, size, records, args.acks))
+                rows.append((size, "relay (socat)", {k: v / mib for k, v in grouped.items()}, cpu_ms / mib, mbs))
             for b, proc in zip(args.binaries, procs):
-                producer(proc.bootstrap, topic, size, max(records // 10, 100))  # warm-up
-                grouped, cpu_ms, mbs = measure(proc.pid, lambda: producer(proc.bootstrap, topic, size, records))
-                mib = size * records / MIB
+                producer(proc.bootstrap, topic, size, max(records // 10, 100), args.acks)  # warm-up
+                grouped, cpu_ms, mbs = measure(
+                    proc.pid, lambda: producer(proc.bootstrap, topic, size, records, args.acks))
                 rows.append((size, b, {k: v / mib for k, v in grouped.items()}, cpu_ms / mib, mbs))
-        print("| records | binary | MB/s | CPU ms/MiB | " + " | ".join(f"{k}/MiB" for k in EVENTS) + " |")
+        print(f"acks={args.acks}")
+        print("| records | forwarder | MB/s | CPU ms/MiB | " + " | ".join(f"{k}/MiB" for k in EVENTS) + " |")
         print("|---|---|---:|---:|" + "---:|" * len(EVENTS))
         for size, b, per, cpu, mbs in rows:
             print(f"| {size // 1024} KiB | {b} | {mbs:.1f} | {cpu:.1f} | "
