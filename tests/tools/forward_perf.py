@@ -29,8 +29,10 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "interop"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kafka_env as ke  # noqa: E402
+import proxy_bench as pb  # noqa: E402  (the relay leg's socat and broker listeners)
 
 MIB = 1 << 20
 EVENTS = {
@@ -70,6 +72,7 @@ EVENT_LIST = [e for group in EVENTS.values() for e in group] + ["task-clock"]
 
 
 def measure(pid: int, run) -> tuple[dict[str, float], float, float]:
+    """Counts per event group, CPU ms, and what `run` returned (MB/s)."""
     # perf has attached once it holds a counter for each event on each thread of `pid`.
     want = len(EVENT_LIST) * len(os.listdir(f"/proc/{pid}/task"))
     perf = subprocess.Popen(["perf", "stat", "-x", ",", "-p", str(pid), "-e", ",".join(EVENT_LIST)],
@@ -82,7 +85,7 @@ def measure(pid: int, run) -> tuple[dict[str, float], float, float]:
     finally:
         perf.send_signal(2)
         _, err = perf.communicate(timeout=30)
-    return parse_counts(err, mbs)
+    return (*parse_counts(err), mbs)
 
 
 def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], float, float]:
@@ -92,36 +95,47 @@ def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], f
     socat = shutil.which("socat")
     if socat is None:
         raise SystemExit(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
-    perf = subprocess.Popen(
-        ["perf", "stat", "-x", ",", "-e", ",".join(EVENT_LIST), "--", socat, "-b", str(128 * 1024),
-         f"TCP4-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=4096,nodelay",
-         f"TCP4:127.0.0.1:{target_port},nodelay"],
-        stderr=subprocess.PIPE, text=True)
+    perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(EVENT_LIST), "--",
+                             *pb.relay_command(socat, port, target_port)],
+                            stderr=subprocess.PIPE, text=True)
     if not ke.wait_until(lambda: ke.port_accepts("127.0.0.1", port), 10):
         perf.kill()
         raise SystemExit(f"the relay did not listen on {port} within 10 s:\n{perf.communicate()[1][-2000:]}")
     try:
         mbs = run()
     finally:
-        relay = [int(c) for c in Path(f"/proc/{perf.pid}/task/{perf.pid}/children").read_text().split()]
-        for parent in relay:
-            for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
-                os.kill(int(child), signal.SIGTERM)
-        time.sleep(0.5)
-        for parent in relay:
-            os.kill(parent, signal.SIGTERM)
+        relay = _children(perf.pid)
+        _terminate([c for r in relay for c in _children(r)])
+        time.sleep(0.5)  # the connections' processes end, and hand perf their counts
+        _terminate(relay)
         _, err = perf.communicate(timeout=30)
-    return parse_counts(err, mbs)
+    return (*parse_counts(err), mbs)
 
 
-def parse_counts(err: str, mbs: float) -> tuple[dict[str, float], float, float]:
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _terminate(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def parse_counts(err: str) -> tuple[dict[str, float], float]:
+    """`perf stat -x ,` output: counts per event group of EVENTS, and task-clock (CPU ms)."""
     counts: dict[str, float] = {}
     for line in err.splitlines():
         parts = line.split(",")
         if len(parts) > 2 and parts[0].replace(".", "").isdigit():
             counts[parts[2]] = float(parts[0])
     grouped = {name: sum(counts.get(e, 0.0) for e in group) for name, group in EVENTS.items()}
-    return grouped, counts.get("task-clock", 0.0), mbs
+    return grouped, counts.get("task-clock", 0.0)
 
 
 def main() -> int:
@@ -132,18 +146,10 @@ def main() -> int:
     parser.add_argument("--acks", choices=["1", "all"], default="1")
     parser.add_argument("--relay", action="store_true", help="measure the socat relay too, first")
     args = parser.parse_args()
-    overrides, extra_ports = {}, 0
-    if args.relay:
-        # The relay cannot rewrite Metadata: the broker advertises the relay's port (extra1) on a
-        # listener of its own (extra0), as in scripts/bench-proxy.sh.
-        overrides = {
-            "listeners": "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},"
-                         "RELAY://127.0.0.1:{extra0}",
-            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port},RELAY://127.0.0.1:{extra1}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        }
-        extra_ports = 2
-    cluster = ke.KafkaCluster(1, listener_overrides=overrides, extra_ports=extra_ports).start()
+    # The relay cannot rewrite Metadata: the broker advertises the relay's port on a listener of
+    # its own, as in scripts/bench-proxy.sh.
+    cluster = ke.KafkaCluster(1, listener_overrides=pb.listener_overrides(False, args.relay),
+                              extra_ports=2 if args.relay else 0).start()
     procs = []
     try:
         for b in args.binaries:

@@ -971,6 +971,16 @@ def _bindable(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
+def relay_command(socat: str, port: int, target_port: int) -> list[str]:
+    """The relay leg's socat: listens on `port`, forks per connection, forwards to `target_port`."""
+    return [
+        socat,
+        "-b", str(RELAY_BUFFER),
+        f"TCP4-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=4096,nodelay",
+        f"TCP4:127.0.0.1:{target_port},nodelay",
+    ]
+
+
 class SocatRelay(Forwarder):
     """socat R -> B2, a process forked per connection; the broker advertises R on B2."""
 
@@ -995,13 +1005,8 @@ class SocatRelay(Forwarder):
         socat = shutil.which("socat")
         if socat is None:
             raise BenchError(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
-        cmd = [
-            socat,
-            "-b", str(RELAY_BUFFER),
-            f"TCP4-LISTEN:{self.port},bind=127.0.0.1,reuseaddr,fork,backlog=4096,nodelay",
-            f"TCP4:127.0.0.1:{self.upstream_port},nodelay",
-        ]
-        self.proc = ke._spawn(cmd, cwd=self.workdir, log_path=self.log_path)
+        self.proc = ke._spawn(relay_command(socat, self.port, self.upstream_port), cwd=self.workdir,
+                              log_path=self.log_path)
         self.advertised = wait_routed(self.leg, self.bootstrap, self.alive, self.log_path, bypass_ports, 20.0,
                                       self.tls)
         if any(port != self.port for _, port in self.advertised):
@@ -1356,6 +1361,31 @@ def admin_client(bootstrap: str):
     return KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kshim-proxy-bench", request_timeout_ms=30000)
 
 
+def listener_overrides(tls: bool, relay: bool) -> dict[str, str]:
+    """The broker's listeners (KafkaCluster listener_overrides; empty: its defaults). With TLS,
+    clients (and kshim, and the relay's clients) speak TLS to the broker, which replicates and is
+    probed and administered over a plaintext INTERNAL listener. With the relay, extra0 is the
+    broker's RELAY listener and extra1 the relay's own port, which RELAY advertises."""
+    if tls:
+        overrides = {
+            "listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port}",
+            "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAY:SSL",
+        }
+    elif relay:
+        overrides = {
+            "listeners": "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        }
+    else:
+        return {}
+    if relay:
+        overrides["listeners"] += ",RELAY://127.0.0.1:{extra0}"
+        overrides["advertised.listeners"] += ",RELAY://127.0.0.1:{extra1}"
+    return overrides
+
+
 def start_cluster(cluster: ke.KafkaCluster, stops: list) -> None:
     """Starts `cluster`, its stop first put in `stops`; a cluster that does not start is a
     BenchError."""
@@ -1470,26 +1500,8 @@ def run(args: argparse.Namespace, workdir: Path, started: float) -> int:
     probe_classes = ke.compile_java(LATENCY_PROBE_SRC)
 
     log(f"starting Apache Kafka 4.1.1 (KRaft, broker+controller{'; SSL client listeners' if tls else ''})")
-    overrides, extra_properties = {}, {}
-    if tls:
-        # Clients (and kshim, and the relay's clients) speak TLS to the broker; it replicates
-        # and is probed and administered over a plaintext INTERNAL listener.
-        overrides = {
-            "listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": "SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port}",
-            "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT,RELAY:SSL",
-        }
-        extra_properties = tls.broker_properties()
-    elif "relay" in legs:
-        overrides = {
-            "listeners": "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": "PLAINTEXT://127.0.0.1:{port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        }
-    if "relay" in legs:
-        # extra0: the broker's RELAY listener; extra1: the relay's own port, which RELAY advertises.
-        overrides["listeners"] += ",RELAY://127.0.0.1:{extra0}"
-        overrides["advertised.listeners"] += ",RELAY://127.0.0.1:{extra1}"
+    overrides = listener_overrides(bool(tls), "relay" in legs)
+    extra_properties = tls.broker_properties() if tls else {}
     # An SSL listener holds about 50 KiB of heap per connection (its engine's buffers): the idle
     # connections need room.
     cluster = ke.KafkaCluster(1, workdir=workdir / "kafka", heap=TLS_BROKER_HEAP if tls else BROKER_HEAP,
