@@ -76,7 +76,7 @@ def main() -> int:
             for name in (order if r % 4 in (0, 3) else order[::-1]):
                 proc = legs[name]
                 before = cpu_ms(proc.pid)
-                mbs[name].append(producer(proc.bootstrap, topic, 1024, args.records))
+                mbs[name].append(producer(proc.bootstrap, topic, 1024, args.records)[0])
                 cpu[name].append((cpu_ms(proc.pid) - before) / (args.records * 1024 / MIB))
         print("| leg | MB/s per round | median MB/s | median CPU ms/MiB |")
         print("|---|---|---:|---:|")

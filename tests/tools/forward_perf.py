@@ -6,7 +6,10 @@ front of one Kafka 4.1.1 broker.
 
 For each forwarder and record size it prints, per MiB of records forwarded: context switches,
 futex calls, recvfrom/read and sendto/write/writev calls, waits (epoll_wait and epoll_pwait,
-select, pselect6, poll and ppoll), and CPU milliseconds, and the producer's MB/s.
+select, pselect6, poll and ppoll), and CPU milliseconds; the producer's MB/s, its Produce requests
+per MiB and the forwarder's CPU microseconds per request. A forwarder that answers sooner can make
+the producer send smaller requests, and so more of them per MiB: CPU per request tells a costlier
+forwarder from one that is handed more requests.
 
     .venv/bin/python tests/tools/forward_perf.py target/release/kshim [OTHER_KSHIM ...]
     .venv/bin/python tests/tools/forward_perf.py --relay --acks all target/release/kshim
@@ -45,19 +48,24 @@ EVENTS = {
 }
 
 
-def producer(bootstrap: str, topic: str, size: int, records: int, acks: str = "1") -> float:
+def producer(bootstrap: str, topic: str, size: int, records: int, acks: str = "1") -> tuple[float, float]:
+    """The producer's MB/s and the requests it sent (Produce, and the few Metadata and ApiVersions)."""
     out = subprocess.run(
         ke.java_command([
             "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
             "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
             "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}", "enable.idempotence=false",
+            "--print-metrics",
         ]),
         capture_output=True, text=True, timeout=600, check=True,
     ).stdout
     final = re.findall(r"(\d+) records sent, [\d.]+ records/sec \(([\d.]+) MB/sec\)", out)
     if not final:
         raise SystemExit(f"ProducerPerformance printed no summary:\n{out[-2000:]}")
-    return float(final[-1][1])
+    requests = re.search(r"^producer-metrics:request-total:\{[^}]*\}\s*:\s*([\d.]+)", out, re.M)
+    if not requests:
+        raise SystemExit(f"ProducerPerformance printed no request-total metric:\n{out[-2000:]}")
+    return float(final[-1][1]), float(requests.group(1))
 
 
 def perf_counters(perf_pid: int) -> int:
@@ -71,8 +79,8 @@ def perf_counters(perf_pid: int) -> int:
 EVENT_LIST = [e for group in EVENTS.values() for e in group] + ["task-clock"]
 
 
-def measure(pid: int, run) -> tuple[dict[str, float], float, float]:
-    """Counts per event group, CPU ms, and what `run` returned (MB/s)."""
+def measure(pid: int, run) -> tuple[dict[str, float], float, tuple[float, float]]:
+    """Counts per event group, CPU ms, and what `run` returned (MB/s and requests)."""
     # perf has attached once it holds a counter for each event on each thread of `pid`.
     want = len(EVENT_LIST) * len(os.listdir(f"/proc/{pid}/task"))
     perf = subprocess.Popen(["perf", "stat", "-x", ",", "-p", str(pid), "-e", ",".join(EVENT_LIST)],
@@ -81,14 +89,14 @@ def measure(pid: int, run) -> tuple[dict[str, float], float, float]:
         perf.kill()
         raise SystemExit(f"perf stat did not attach to pid {pid} within 10 s:\n{perf.communicate()[1][-2000:]}")
     try:
-        mbs = run()
+        result = run()
     finally:
         perf.send_signal(2)
         _, err = perf.communicate(timeout=30)
-    return (*parse_counts(err), mbs)
+    return (*parse_counts(err), result)
 
 
-def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], float, float]:
+def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], float, tuple[float, float]]:
     """A socat relay started under `perf stat` for this one run: the counters follow the process
     it forks for each connection, and a child's counts reach perf when the child ends, so the
     children are stopped before the relay itself."""
@@ -102,14 +110,14 @@ def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], f
         perf.kill()
         raise SystemExit(f"the relay did not listen on {port} within 10 s:\n{perf.communicate()[1][-2000:]}")
     try:
-        mbs = run()
+        result = run()
     finally:
         relay = _children(perf.pid)
         _terminate([c for r in relay for c in _children(r)])
         time.sleep(0.5)  # the connections' processes end, and hand perf their counts
         _terminate(relay)
         _, err = perf.communicate(timeout=30)
-    return (*parse_counts(err), mbs)
+    return (*parse_counts(err), result)
 
 
 def _children(pid: int) -> list[int]:
@@ -164,20 +172,21 @@ def main() -> int:
                 target, port = cluster.nodes[0].extra_ports
                 warm = max(records // 10, 100)
                 measure_relay(port, target, lambda: producer(f"127.0.0.1:{port}", topic, size, warm, args.acks))
-                grouped, cpu_ms, mbs = measure_relay(
+                grouped, cpu_ms, result = measure_relay(
                     port, target, lambda: producer(f"127.0.0.1:{port}", topic, size, records, args.acks))
-                rows.append((size, "relay (socat)", {k: v / mib for k, v in grouped.items()}, cpu_ms / mib, mbs))
+                rows.append((size, "relay (socat)", grouped, cpu_ms, mib, result))
             for b, proc in zip(args.binaries, procs):
                 producer(proc.bootstrap, topic, size, max(records // 10, 100), args.acks)  # warm-up
-                grouped, cpu_ms, mbs = measure(
+                grouped, cpu_ms, result = measure(
                     proc.pid, lambda: producer(proc.bootstrap, topic, size, records, args.acks))
-                rows.append((size, b, {k: v / mib for k, v in grouped.items()}, cpu_ms / mib, mbs))
+                rows.append((size, b, grouped, cpu_ms, mib, result))
         print(f"acks={args.acks}")
-        print("| records | forwarder | MB/s | CPU ms/MiB | " + " | ".join(f"{k}/MiB" for k in EVENTS) + " |")
-        print("|---|---|---:|---:|" + "---:|" * len(EVENTS))
-        for size, b, per, cpu, mbs in rows:
-            print(f"| {size // 1024} KiB | {b} | {mbs:.1f} | {cpu:.1f} | "
-                  + " | ".join(f"{per[k]:.1f}" for k in EVENTS) + " |")
+        print("| records | forwarder | MB/s | requests/MiB | CPU µs/request | CPU ms/MiB | "
+              + " | ".join(f"{k}/MiB" for k in EVENTS) + " |")
+        print("|---|---|---:|---:|---:|---:|" + "---:|" * len(EVENTS))
+        for size, b, grouped, cpu_ms, mib, (mbs, requests) in rows:
+            print(f"| {size // 1024} KiB | {b} | {mbs:.1f} | {requests / mib:.1f} | {1000 * cpu_ms / requests:.1f} | "
+                  f"{cpu_ms / mib:.1f} | " + " | ".join(f"{grouped[k] / mib:.1f}" for k in EVENTS) + " |")
     finally:
         for p in procs:
             p.cleanup()
