@@ -4,12 +4,12 @@ the byte relay of scripts/bench-proxy.sh (socat, 128 KiB buffer, TCP_NODELAY bot
 same Java ProducerPerformance run (1 KiB and 64 KiB records) goes through each, in one run, in
 front of one Kafka 4.1.1 broker.
 
-For each forwarder and record size it prints, per MiB of records forwarded: context switches,
-futex calls, recvfrom/read and sendto/write/writev calls, waits (epoll_wait and epoll_pwait,
-select, pselect6, poll and ppoll), and CPU milliseconds; the producer's MB/s, its Produce requests
-per MiB and the forwarder's CPU microseconds per request. A forwarder that answers sooner can make
-the producer send smaller requests, and so more of them per MiB: CPU per request tells a costlier
-forwarder from one that is handed more requests.
+For each forwarder and record size it prints, per MiB of records forwarded: context switches, page
+faults, futex calls, recvfrom/read and sendto/write/writev calls, waits (epoll_wait and
+epoll_pwait, select, pselect6, poll and ppoll), and CPU milliseconds; the producer's MB/s, its
+Produce requests per MiB and the forwarder's CPU microseconds per request. A forwarder that answers
+sooner can make the producer send smaller requests, and so more of them per MiB: CPU per request
+tells a costlier forwarder from one that is handed more requests.
 
     .venv/bin/python tests/tools/forward_perf.py target/release/kshim [OTHER_KSHIM ...]
     .venv/bin/python tests/tools/forward_perf.py --relay --acks all target/release/kshim
@@ -40,6 +40,7 @@ import proxy_bench as pb  # noqa: E402  (the relay leg's socat and broker listen
 MIB = 1 << 20
 EVENTS = {
     "context switches": ["context-switches"],
+    "page faults": ["page-faults"],
     "futex": ["syscalls:sys_enter_futex"],
     "reads": ["syscalls:sys_enter_recvfrom", "syscalls:sys_enter_read"],
     "writes": ["syscalls:sys_enter_sendto", "syscalls:sys_enter_write", "syscalls:sys_enter_writev"],

@@ -1941,10 +1941,12 @@ def print_report(args, results, legs: list[str], memory: dict, idle_n: int, note
         print(f"{label} records (rates for [a]: {args.latency_rate_1k if size == 1024 else args.latency_rate_64k} records/s):")
         print()
         head = ["metric", *legs]
+        # Each round's own ratio to the legs that set the bar: direct, and the relay, which does
+        # nothing and so is the most a forwarder can reach on a machine whose cores it shares.
+        per_round = [b for b in ("direct", "relay") if b in legs] if have_kshim else []
         if have_kshim:
             head += [f"kshim vs {o}" for o in others]
-            if "direct" in legs:
-                head.append("kshim vs direct, per round")
+            head += [f"kshim vs {b}, per round" for b in per_round]
         print("| " + " | ".join(head) + " |")
         print("|---|" + "---:|" * (len(head) - 1))
         for key, name, kind in METRICS:
@@ -1953,8 +1955,8 @@ def print_report(args, results, legs: list[str], memory: dict, idle_n: int, note
                 k = med["kshim"][key]
                 cells += [_compare(k, med[o][key], kind) if not (kind == "cpu" and o == "direct") else "—"
                           for o in others]
-                if "direct" in legs:
-                    pairs = [(d[key], x[key]) for d, x in zip(results[(size, "direct")], results[(size, "kshim")])
+                for b in per_round:
+                    pairs = [(d[key], x[key]) for d, x in zip(results[(size, b)], results[(size, "kshim")])
                              if d.get(key) is not None and x.get(key) is not None]
                     if kind == "tput" and pairs:
                         per = [x / d for d, x in pairs if d > 0]
@@ -1962,6 +1964,9 @@ def print_report(args, results, legs: list[str], memory: dict, idle_n: int, note
                     elif kind in ("lat", "lat_info") and pairs:
                         per = [x - d for d, x in pairs]
                         cells.append(f"{min(per):+.2f}…{max(per):+.2f}")
+                    elif kind == "cpu" and b == "relay" and pairs:
+                        per = [x / d for d, x in pairs if d > 0]
+                        cells.append(f"{min(per):.2f}–{max(per):.2f}x" if per else "—")
                     else:
                         cells.append("—")
             print("| " + " | ".join(cells) + " |")
@@ -2012,8 +2017,8 @@ def print_report(args, results, legs: list[str], memory: dict, idle_n: int, note
     print("    sum of PSS over socat and its children, sampled every 0.5 s during its runs.")
     print("    Idle growth: sum of PSS before and 2 s after the last connection; kernel socket buffers excluded.")
     print("MB = 2^20 bytes, GB = 2^30 bytes of record payload; consume figures leave out the group join.")
-    print("Medians per leg; kshim vs X compares two medians; the per-round column is each round's own")
-    print("kshim/direct ratio (or difference), its legs run back to back.")
+    print("Medians per leg; kshim vs X compares two medians; a per-round column gives the range of each")
+    print("round's own kshim/direct or kshim/relay ratio (or difference), its legs run back to back.")
     print()
     if have_kshim:
         print("Goals (informational):")
