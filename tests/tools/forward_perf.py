@@ -113,19 +113,12 @@ def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], f
     try:
         result = run()
     finally:
-        relay = _children(perf.pid)
-        _terminate([c for r in relay for c in _children(r)])
+        relay = pb.children(perf.pid)
+        _terminate([c for r in relay for c in pb.children(r)])
         time.sleep(0.5)  # the connections' processes end, and hand perf their counts
         _terminate(relay)
         _, err = perf.communicate(timeout=30)
     return (*parse_counts(err), result)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def _terminate(pids: list[int]) -> None:

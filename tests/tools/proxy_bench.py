@@ -1958,15 +1958,13 @@ def print_report(args, results, legs: list[str], memory: dict, idle_n: int, note
                 for b in per_round:
                     pairs = [(d[key], x[key]) for d, x in zip(results[(size, b)], results[(size, "kshim")])
                              if d.get(key) is not None and x.get(key) is not None]
-                    if kind == "tput" and pairs:
+                    # Ratios for throughput and (against the relay) CPU; differences for latency.
+                    if (kind == "tput" or (kind == "cpu" and b == "relay")) and pairs:
                         per = [x / d for d, x in pairs if d > 0]
                         cells.append(f"{min(per):.2f}–{max(per):.2f}x" if per else "—")
                     elif kind in ("lat", "lat_info") and pairs:
                         per = [x - d for d, x in pairs]
                         cells.append(f"{min(per):+.2f}…{max(per):+.2f}")
-                    elif kind == "cpu" and b == "relay" and pairs:
-                        per = [x / d for d, x in pairs if d > 0]
-                        cells.append(f"{min(per):.2f}–{max(per):.2f}x" if per else "—")
                     else:
                         cells.append("—")
             print("| " + " | ".join(cells) + " |")
