@@ -13,6 +13,11 @@ tells a costlier forwarder from one that is handed more requests.
 
     .venv/bin/python tests/tools/forward_perf.py target/release/kshim [OTHER_KSHIM ...]
     .venv/bin/python tests/tools/forward_perf.py --relay --acks all target/release/kshim
+    .venv/bin/python tests/tools/forward_perf.py --relay \
+        --relay-command 'my-relay 127.0.0.1:{port} 127.0.0.1:{target}' target/release/kshim
+
+--relay-command (repeatable) measures another relay beside socat: the command, with {port} where
+it listens and {target} the broker port it forwards to, is split on spaces and run under perf.
 
 Needs `perf` with access to syscall tracepoints (run as root). Every process started here is
 stopped by its PID.
@@ -97,15 +102,11 @@ def measure(pid: int, run) -> tuple[dict[str, float], float, tuple[float, float]
     return (*parse_counts(err), result)
 
 
-def measure_relay(port: int, target_port: int, run) -> tuple[dict[str, float], float, tuple[float, float]]:
-    """A socat relay started under `perf stat` for this one run: the counters follow the process
-    it forks for each connection, and a child's counts reach perf when the child ends, so the
-    children are stopped before the relay itself."""
-    socat = shutil.which("socat")
-    if socat is None:
-        raise SystemExit(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
-    perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(EVENT_LIST), "--",
-                             *pb.relay_command(socat, port, target_port)],
+def measure_relay(command: list[str], port: int, run) -> tuple[dict[str, float], float, tuple[float, float]]:
+    """A relay (`command`, listening on `port`) started under `perf stat` for this one run: the
+    counters follow the processes it forks (socat forks one per connection), and a child's counts
+    reach perf when the child ends, so the children are stopped before the relay itself."""
+    perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(EVENT_LIST), "--", *command],
                             stderr=subprocess.PIPE, text=True)
     if not ke.wait_until(lambda: ke.port_accepts("127.0.0.1", port), 10):
         perf.kill()
@@ -147,11 +148,22 @@ def main() -> int:
     parser.add_argument("--records-64k", type=int, default=6_000)
     parser.add_argument("--acks", choices=["1", "all"], default="1")
     parser.add_argument("--relay", action="store_true", help="measure the socat relay too, first")
+    parser.add_argument("--relay-command", action="append", default=[], metavar="CMD",
+                        help="measure this relay too ({port}: where it listens, {target}: the broker)")
     args = parser.parse_args()
+    relays = []  # (label, command template)
+    if args.relay:
+        socat = shutil.which("socat")
+        if socat is None:
+            raise SystemExit(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
+        relays.append(("relay (socat)", lambda port, target: pb.relay_command(socat, port, target)))
+    for template in args.relay_command:
+        label = f"relay ({Path(template.split()[0]).name})"
+        relays.append((label, lambda port, target, t=template: t.format(port=port, target=target).split()))
     # The relay cannot rewrite Metadata: the broker advertises the relay's port on a listener of
     # its own, as in scripts/bench-proxy.sh.
-    cluster = ke.KafkaCluster(1, listener_overrides=pb.listener_overrides(False, args.relay),
-                              extra_ports=2 if args.relay else 0).start()
+    cluster = ke.KafkaCluster(1, listener_overrides=pb.listener_overrides(False, bool(relays)),
+                              extra_ports=2 if relays else 0).start()
     procs = []
     try:
         for b in args.binaries:
@@ -162,13 +174,15 @@ def main() -> int:
             topic = f"perf-{size}"
             mib = size * records / MIB
             producer(cluster.bootstrap, topic, size, 1000)  # creates the topic, warms the broker
-            if args.relay:
+            for label, command in relays:
                 target, port = cluster.nodes[0].extra_ports
                 warm = max(records // 10, 100)
-                measure_relay(port, target, lambda: producer(f"127.0.0.1:{port}", topic, size, warm, args.acks))
+                measure_relay(command(port, target), port,
+                              lambda: producer(f"127.0.0.1:{port}", topic, size, warm, args.acks))
                 grouped, cpu_ms, result = measure_relay(
-                    port, target, lambda: producer(f"127.0.0.1:{port}", topic, size, records, args.acks))
-                rows.append((size, "relay (socat)", grouped, cpu_ms, mib, result))
+                    command(port, target), port,
+                    lambda: producer(f"127.0.0.1:{port}", topic, size, records, args.acks))
+                rows.append((size, label, grouped, cpu_ms, mib, result))
             for b, proc in zip(args.binaries, procs):
                 producer(proc.bootstrap, topic, size, max(records // 10, 100), args.acks)  # warm-up
                 grouped, cpu_ms, result = measure(
