@@ -1720,9 +1720,16 @@ def tcp_sockets() -> list[tuple[int, int, str, str]]:
 def established_to(ports: set[int], state: str | None = "01") -> list[tuple[int, int, str]]:
     """Established loopback TCP sockets whose remote port is in `ports`:
     [(local_port, remote_port, inode)], i.e. the client ends of connections to those ports.
-    `state=None` takes them in any state (closing ones too)."""
-    return [(local, remote, inode) for local, remote, st, inode in tcp_sockets()
-            if remote in ports and (state is None or st == state)]
+    `state=None` takes them in any state (closing ones too).
+
+    A socket whose local port is a listening one is the server end of another connection, left
+    out: its client's ephemeral port can be one of `ports` when the client connects from
+    another loopback address (the connection storms come from 127.0.0.2 and up) than the one a
+    listener holds that port on."""
+    sockets = tcp_sockets()
+    listening = {local for local, _, st, _ in sockets if st == "0A"}
+    return [(local, remote, inode) for local, remote, st, inode in sockets
+            if remote in ports and local not in listening and (state is None or st == state)]
 
 
 class MockCluster:
