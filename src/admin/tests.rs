@@ -272,6 +272,25 @@ async fn a_patch_is_validated_whole_stored_and_applied() {
 }
 
 #[tokio::test]
+async fn a_change_whose_caller_goes_away_is_stored_and_applied_whole() {
+    let f = Fixture::start("[policy.create_topic]\nmax_partitions = 100\n").await;
+    let key = "policy.create_topic.max_partitions";
+    let patch = BTreeMap::from([(key.to_string(), Some(json!(12)))]);
+    // Polled once and dropped, as an admin client that hangs up while the
+    // change is being stored.
+    let registry = &f.service.registry;
+    let mut change = Box::pin(registry.patch(&patch));
+    assert!(
+        futures::poll!(change.as_mut()).is_pending(),
+        "it waits for the store"
+    );
+    drop(change);
+    // The registry's lock is free again once the change has ended.
+    assert_eq!(registry.overrides().await.get(key), Some(&json!(12)));
+    assert!(f.max_partitions().contains("12"), "stored, and so applied");
+}
+
+#[tokio::test]
 async fn bad_bodies_get_clear_errors_and_change_nothing() {
     let f = Fixture::start("").await;
     for (body, status, expected) in [

@@ -34,7 +34,7 @@ use restart::{differences, restart_keys, restart_view, RestartView};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// A component whose settings can change while kshim runs.
 pub trait Reconfigurable: Send + Sync {
@@ -103,7 +103,8 @@ pub enum ChangeError {
     Store(#[from] StoreError),
     /// In a kshim cluster: the change could not be committed to the shared
     /// state (nothing was applied anywhere), or was committed but this
-    /// instance could not apply it (the message says which).
+    /// instance could not apply it (the message says which). Also a change
+    /// that kshim's shutdown kept from starting.
     #[error("{0}")]
     Shared(String),
 }
@@ -196,10 +197,12 @@ struct State {
 pub struct Registry {
     source: ConfigSource,
     components: Vec<Box<dyn Reconfigurable>>,
-    state: Mutex<State>,
+    /// Held across a change from its check to its end (an owned guard, which
+    /// the change's last step takes to a blocking thread).
+    state: Arc<Mutex<State>>,
     metrics: Arc<Metrics>,
     /// The number of overrides in force, for the metrics.
-    active: std::sync::atomic::AtomicUsize,
+    active: Arc<std::sync::atomic::AtomicUsize>,
     /// In a kshim cluster, PATCH and DELETE are committed to the shared state
     /// and applied by every instance (`adopt`) when it reads the commit.
     cluster: Option<Arc<ClusterNode>>,
@@ -233,14 +236,14 @@ impl Registry {
         Registry {
             source,
             components,
-            state: Mutex::new(State {
+            state: Arc::new(Mutex::new(State {
                 log,
                 doc,
                 running: restart_view(running),
                 current: restart_view(running),
-            }),
+            })),
             metrics,
-            active: active.into(),
+            active: Arc::new(active.into()),
             cluster,
             adopted: std::sync::Mutex::new(None),
         }
@@ -299,9 +302,9 @@ impl Registry {
             self.count(ReloadSource::Admin, &result);
             return result;
         }
-        let mut state = self.state.lock().await;
+        let state = self.lock_for_change().await;
         let result = match self.plan(&state, patch) {
-            Ok(next) => self.commit(&mut state, None, next, true),
+            Ok(next) => self.commit(state, None, next, true).await,
             Err(e) => Err(ChangeError::Invalid(e)),
         };
         self.count(ReloadSource::Admin, &result);
@@ -326,9 +329,9 @@ impl Registry {
             self.count(ReloadSource::Admin, &result);
             return result;
         }
-        let mut state = self.state.lock().await;
+        let state = self.lock_for_change().await;
         let next = without(&state)?;
-        let result = self.commit(&mut state, None, next, true);
+        let result = self.commit(state, None, next, true).await;
         self.count(ReloadSource::Admin, &result);
         result
     }
@@ -336,11 +339,11 @@ impl Registry {
     /// Reads the config file again and puts it (with the overrides over it) in
     /// force; keys that need a restart are reported, not applied.
     pub async fn reload_file(&self) -> Result<Change, ChangeError> {
-        let mut state = self.state.lock().await;
+        let state = self.lock_for_change().await;
         let result = match self.source.read_document() {
             Ok(doc) => {
                 let next = state.log.active().clone();
-                self.commit(&mut state, Some(doc), next, false)
+                self.commit(state, Some(doc), next, false).await
             }
             Err(e) => Err(ChangeError::Invalid(attribute(&e.0))),
         };
@@ -404,17 +407,17 @@ impl Registry {
     /// (a file missing on this host), nothing changes here and the reason is
     /// returned.
     pub async fn adopt(&self, next: Overrides) -> Result<(), String> {
-        let mut state = self.state.lock().await;
+        let state = self.lock_for_change().await;
         let result = if &next == state.log.active() {
             Ok(Change {
                 overrides: next,
                 ..Change::default()
             })
         } else {
-            self.commit(&mut state, None, next, true)
+            self.commit(state, None, next, true)
+                .await
                 .map_err(|e| e.to_string())
         };
-        drop(state);
         let out = result.as_ref().map(|_| ()).map_err(Clone::clone);
         *lock(&self.adopted) = Some(result);
         out
@@ -566,46 +569,62 @@ impl Registry {
         }
     }
 
-    /// Step 4: store, then apply; or nothing.
-    fn commit(
+    /// The state, held until a change made with it ends (`commit`).
+    async fn lock_for_change(&self) -> OwnedMutexGuard<State> {
+        Arc::clone(&self.state).lock_owned().await
+    }
+
+    /// Step 4: store, then apply; or nothing. Once checked, the change runs to
+    /// its end on a blocking thread (the store's fsync is blocking work), so
+    /// that a caller that goes away meanwhile (an admin client that hangs up)
+    /// cannot leave it stored and not applied.
+    async fn commit(
         &self,
-        state: &mut State,
+        mut state: OwnedMutexGuard<State>,
         doc: Option<toml::Table>,
         next: Overrides,
         refuse_restart_keys: bool,
     ) -> Result<Change, ChangeError> {
         let candidate = self
             .evaluate(
-                state,
+                &state,
                 doc.as_ref().unwrap_or(&state.doc),
                 &next,
                 refuse_restart_keys,
             )
             .map_err(ChangeError::Invalid)?;
-        if &next != state.log.active() {
-            // The change is durable before it applies; the fsync runs off the
-            // async workers (the registry's lock still orders changes).
-            crate::store::blocking(|| state.log.commit(&next))?;
-        }
-        if let Some(doc) = doc {
-            state.doc = doc;
-        }
-        let mut applied = Vec::new();
-        for (name, p) in candidate.prepared {
-            if p.changed {
-                applied.push(name);
+        let active = Arc::clone(&self.active);
+        let finish = move || {
+            if &next != state.log.active() {
+                // The change is durable before it applies.
+                state.log.commit(&next)?;
             }
-            (p.apply)();
+            if let Some(doc) = doc {
+                state.doc = doc;
+            }
+            let mut applied = Vec::new();
+            for (name, p) in candidate.prepared {
+                if p.changed {
+                    applied.push(name);
+                }
+                (p.apply)();
+            }
+            active.store(next.len(), std::sync::atomic::Ordering::Relaxed);
+            let pending_restart = differences(&state.running, &candidate.view);
+            state.current = candidate.view;
+            Ok(Change {
+                applied,
+                pending_restart,
+                overrides: next,
+            })
+        };
+        match tokio::task::spawn_blocking(finish).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(ChangeError::Shared(format!(
+                "kshim is shutting down; the change was not made: {e}"
+            ))),
         }
-        self.active
-            .store(next.len(), std::sync::atomic::Ordering::Relaxed);
-        let pending_restart = differences(&state.running, &candidate.view);
-        state.current = candidate.view;
-        Ok(Change {
-            applied,
-            pending_restart,
-            overrides: next,
-        })
     }
 }
 

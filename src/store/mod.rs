@@ -14,17 +14,6 @@ pub use overrides::{OverrideLog, Overrides};
 
 use crate::features::{FinalizedFeatures, Mirror};
 
-/// Runs blocking file work (writes and fsyncs) without stalling the async worker
-/// it is called from: on a multi-threaded runtime the worker first hands its
-/// other tasks to another thread; elsewhere (a single-threaded test runtime, or
-/// no runtime) it simply runs.
-pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
-
 /// What survives a restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredState {
