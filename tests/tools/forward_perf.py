@@ -151,7 +151,7 @@ def main() -> int:
     parser.add_argument("--relay-command", action="append", default=[], metavar="CMD",
                         help="measure this relay too ({port}: where it listens, {target}: the broker)")
     args = parser.parse_args()
-    relays = []  # (label, command template)
+    relays = []  # (label, the command for a listening port and a broker port)
     if args.relay:
         socat = shutil.which("socat")
         if socat is None:
@@ -176,12 +176,11 @@ def main() -> int:
             producer(cluster.bootstrap, topic, size, 1000)  # creates the topic, warms the broker
             for label, command in relays:
                 target, port = cluster.nodes[0].extra_ports
+                relay = command(port, target)
                 warm = max(records // 10, 100)
-                measure_relay(command(port, target), port,
-                              lambda: producer(f"127.0.0.1:{port}", topic, size, warm, args.acks))
+                measure_relay(relay, port, lambda: producer(f"127.0.0.1:{port}", topic, size, warm, args.acks))
                 grouped, cpu_ms, result = measure_relay(
-                    command(port, target), port,
-                    lambda: producer(f"127.0.0.1:{port}", topic, size, records, args.acks))
+                    relay, port, lambda: producer(f"127.0.0.1:{port}", topic, size, records, args.acks))
                 rows.append((size, label, grouped, cpu_ms, mib, result))
             for b, proc in zip(args.binaries, procs):
                 producer(proc.bootstrap, topic, size, max(records // 10, 100), args.acks)  # warm-up
