@@ -22,6 +22,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUZZ="$ROOT/fuzz"
 cd "$ROOT"
+# The release settings `cargo test --release` builds with in the test command, whose
+# dependencies the fuzz build reuses (scripts/test-profile.sh).
+. "$ROOT/scripts/test-profile.sh"
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-300}"
 BIN="${KSHIM_TARGET_DIR:-$("$ROOT/scripts/cargo-target-dir")}/release"

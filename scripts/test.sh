@@ -122,6 +122,9 @@ fi
 # Test harnesses compile at opt-level 0, the code they test at opt-level 3 (scripts/test-rustc
 # says why). Every cargo command here runs with it, so that none rebuilds what another built.
 export RUSTC_WORKSPACE_WRAPPER="$ROOT/scripts/test-rustc"
+# Cargo's default release settings, not Cargo.toml's whole-program link (scripts/test-profile.sh
+# says why).
+. "$ROOT/scripts/test-profile.sh"
 build_all() {
   timeout 1500 cargo test --release --no-run --lib --bins --tests &&
     timeout 900 cargo build --release --example differential --example tls_bench
