@@ -158,7 +158,9 @@ def main() -> int:
             raise SystemExit(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
         relays.append(("relay (socat)", lambda port, target: pb.relay_command(socat, port, target)))
     for template in args.relay_command:
-        label = f"relay ({Path(template.split()[0]).name})"
+        # Its name, and its own options (those without a placeholder): two runs of one relay differ there.
+        words = template.split()
+        label = f"relay ({' '.join([Path(words[0]).name] + [w for w in words[1:] if '{' not in w])})"
         relays.append((label, lambda port, target, t=template: t.format(port=port, target=target).split()))
     # The relay cannot rewrite Metadata: the broker advertises the relay's port on a listener of
     # its own, as in scripts/bench-proxy.sh.
