@@ -288,6 +288,11 @@ async fn a_change_whose_caller_goes_away_is_stored_and_applied_whole() {
     // The registry's lock is free again once the change has ended.
     assert_eq!(registry.overrides().await.get(key), Some(&json!(12)));
     assert!(f.max_partitions().contains("12"), "stored, and so applied");
+    let (_, metrics) = f
+        .call_text("GET", "/metrics", Some(TOKEN), Vec::new())
+        .await;
+    let counted = "kshim_config_reloads_total{source=\"admin\",result=\"applied\"} 1";
+    assert!(metrics.contains(counted), "and counted:\n{metrics}");
 }
 
 #[tokio::test]

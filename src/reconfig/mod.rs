@@ -303,12 +303,13 @@ impl Registry {
             return result;
         }
         let state = self.lock_for_change().await;
-        let result = match self.plan(&state, patch) {
-            Ok(next) => self.commit(state, None, next, true).await,
-            Err(e) => Err(ChangeError::Invalid(e)),
-        };
-        self.count(ReloadSource::Admin, &result);
-        result
+        match self.plan(&state, patch) {
+            Ok(next) => {
+                self.commit(state, None, next, true, Some(ReloadSource::Admin))
+                    .await
+            }
+            Err(e) => self.counted(Some(ReloadSource::Admin), Err(ChangeError::Invalid(e))),
+        }
     }
 
     /// Removes the override of `key`, so that the file's value applies again.
@@ -330,25 +331,30 @@ impl Registry {
             return result;
         }
         let state = self.lock_for_change().await;
-        let next = without(&state)?;
-        let result = self.commit(state, None, next, true).await;
-        self.count(ReloadSource::Admin, &result);
-        result
+        match without(&state) {
+            Ok(next) => {
+                self.commit(state, None, next, true, Some(ReloadSource::Admin))
+                    .await
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Reads the config file again and puts it (with the overrides over it) in
     /// force; keys that need a restart are reported, not applied.
     pub async fn reload_file(&self) -> Result<Change, ChangeError> {
         let state = self.lock_for_change().await;
-        let result = match self.source.read_document() {
+        match self.source.read_document() {
             Ok(doc) => {
                 let next = state.log.active().clone();
-                self.commit(state, Some(doc), next, false).await
+                self.commit(state, Some(doc), next, false, Some(ReloadSource::Sighup))
+                    .await
             }
-            Err(e) => Err(ChangeError::Invalid(attribute(&e.0))),
-        };
-        self.count(ReloadSource::Sighup, &result);
-        result
+            Err(e) => self.counted(
+                Some(ReloadSource::Sighup),
+                Err(ChangeError::Invalid(attribute(&e.0))),
+            ),
+        }
     }
 
     /// A change in a kshim cluster, the dynamic-config flow: decided and
@@ -414,7 +420,7 @@ impl Registry {
                 ..Change::default()
             })
         } else {
-            self.commit(state, None, next, true)
+            self.commit(state, None, next, true, None)
                 .await
                 .map_err(|e| e.to_string())
         };
@@ -425,6 +431,18 @@ impl Registry {
 
     fn count(&self, source: ReloadSource, result: &Result<Change, ChangeError>) {
         self.metrics.reload(source, result.is_ok());
+    }
+
+    /// `result`, counted as a change from `source` (if any).
+    fn counted(
+        &self,
+        source: Option<ReloadSource>,
+        result: Result<Change, ChangeError>,
+    ) -> Result<Change, ChangeError> {
+        if let Some(source) = source {
+            self.count(source, &result);
+        }
+        result
     }
 
     /// The overrides after `patch`, if every key in it may change.
@@ -577,24 +595,30 @@ impl Registry {
     /// Step 4: store, then apply; or nothing. Once checked, the change runs to
     /// its end on a blocking thread (the store's fsync is blocking work), so
     /// that a caller that goes away meanwhile (an admin client that hangs up)
-    /// cannot leave it stored and not applied.
+    /// cannot leave it stored and not applied, nor uncounted: a change from
+    /// `source` (none: one the kshim cluster made, counted where it was asked
+    /// for) is counted in the metrics where it ends.
     async fn commit(
         &self,
         mut state: OwnedMutexGuard<State>,
         doc: Option<toml::Table>,
         next: Overrides,
         refuse_restart_keys: bool,
+        source: Option<ReloadSource>,
     ) -> Result<Change, ChangeError> {
-        let candidate = self
-            .evaluate(
-                &state,
-                doc.as_ref().unwrap_or(&state.doc),
-                &next,
-                refuse_restart_keys,
-            )
-            .map_err(ChangeError::Invalid)?;
+        let checked = self.evaluate(
+            &state,
+            doc.as_ref().unwrap_or(&state.doc),
+            &next,
+            refuse_restart_keys,
+        );
+        let candidate = match checked {
+            Ok(candidate) => candidate,
+            Err(e) => return self.counted(source, Err(ChangeError::Invalid(e))),
+        };
         let active = Arc::clone(&self.active);
-        let finish = move || {
+        let metrics = Arc::clone(&self.metrics);
+        let change = move || {
             if &next != state.log.active() {
                 // The change is durable before it applies.
                 state.log.commit(&next)?;
@@ -618,12 +642,22 @@ impl Registry {
                 overrides: next,
             })
         };
+        let finish = move || {
+            let result = change();
+            if let Some(source) = source {
+                metrics.reload(source, result.is_ok());
+            }
+            result
+        };
         match tokio::task::spawn_blocking(finish).await {
             Ok(result) => result,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(ChangeError::Shared(format!(
-                "kshim is shutting down; the change was not made: {e}"
-            ))),
+            Err(e) => self.counted(
+                source,
+                Err(ChangeError::Shared(format!(
+                    "kshim is shutting down; the change was not made: {e}"
+                ))),
+            ),
         }
     }
 }
