@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--duration-secs", type=int, default=4, help="per ApiVersions round")
     args = parser.parse_args()
     if not BENCH.exists():
-        raise SystemExit(f"{BENCH} is missing: cargo build --release --examples")
+        raise SystemExit(f"{BENCH} is missing: cargo build --release --example api_versions_bench")
     cluster = ke.KafkaCluster(1).start()
     legs = {}
     try:

@@ -119,7 +119,7 @@ def main() -> int:
     parser.add_argument("--api-seconds", type=int, default=3)
     args = parser.parse_args()
     if not API_BENCH.exists():
-        raise SystemExit(f"{API_BENCH} is missing: cargo build --release --examples")
+        raise SystemExit(f"{API_BENCH} is missing: cargo build --release --example api_versions_bench")
     kafka = ke.KafkaCluster(3)
     made: list[ke.KshimProcess] = []
     pollers: list[Poller] = []

@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
     if not BENCH.exists():
-        raise SystemExit(f"{BENCH} is missing: cargo build --release --examples")
+        raise SystemExit(f"{BENCH} is missing: cargo build --release --example policy_bench")
     cluster = kafka_env.KafkaCluster(1)
     plain = checked = None
     try:
