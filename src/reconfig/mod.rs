@@ -331,13 +331,9 @@ impl Registry {
             return result;
         }
         let state = self.lock_for_change().await;
-        match without(&state) {
-            Ok(next) => {
-                self.commit(state, None, next, true, Some(ReloadSource::Admin))
-                    .await
-            }
-            Err(e) => Err(e),
-        }
+        let next = without(&state)?;
+        self.commit(state, None, next, true, Some(ReloadSource::Admin))
+            .await
     }
 
     /// Reads the config file again and puts it (with the overrides over it) in
