@@ -15,7 +15,9 @@
 //!
 //! The bounds: a read makes room for 64 KiB of ciphertext beyond what is
 //! pending (less than a record between reads, or a handshake message of up
-//! to 64 KiB being joined, as rustls allows: 128 KiB in all at most); a write
+//! to 64 KiB being joined, as rustls allows: 128 KiB in all at most, however
+//! the network cuts the stream: records already processed are dropped from
+//! the front before the buffer would grow); a write
 //! takes at most 64 KiB of plaintext and takes nothing more until the
 //! ciphertext of the one before is on the socket (rustls's buffered
 //! connection held the same 64 KiB); plaintext not yet taken is at most what
@@ -47,9 +49,6 @@ const HANDSHAKE_READ_ROOM: usize = 8 * 1024;
 /// Room for one handshake message of up to 64 KiB (what rustls accepts) and
 /// the headers of the records it spans.
 const MAX_JOINED: usize = 128 * 1024;
-/// The largest TLS record on the wire: 16 KiB of plaintext, the most
-/// expansion TLS 1.2 allows, and the header.
-const MAX_RECORD: usize = 16 * 1024 + 2048 + 5;
 /// The plaintext one write takes at most.
 const MAX_WRITE: usize = 64 * 1024;
 /// Plaintext of one record.
@@ -668,13 +667,10 @@ impl Incoming {
 
     /// The buffer, with room for the next read: at least a read's worth, or
     /// twice what is pending while one handshake message spans more than
-    /// that.
+    /// that. Its capacity is at most `max(size, MAX_JOINED)` whatever the
+    /// reads were cut into (see [`Incoming::most`]).
     fn room(&mut self, size: usize) -> io::Result<&mut Vec<u8>> {
         let pending = self.buf.len() - self.start;
-        if self.start > 0 && self.buf.capacity() - self.buf.len() < MAX_RECORD {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
         let want = if pending < size / 2 {
             size - pending
         } else if pending < MAX_JOINED {
@@ -685,10 +681,27 @@ impl Incoming {
                 "a TLS message larger than 128 KiB",
             ));
         };
+        // The records already processed go before the buffer would grow: a
+        // read that ends inside a record (every read, when the network hands
+        // over one 1,448-byte segment at a time) leaves them in front, and
+        // growing past them would grow the buffer by every record processed
+        // until a read happened to end on a record's boundary. What moves is
+        // the part of a record read so far.
+        if self.start > 0 && self.buf.capacity() - self.buf.len() < want {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
         // Exact: a buffer of one size, allocated again after every idle
         // spell, is one the allocator reuses.
         self.buf.reserve_exact(want);
         Ok(&mut self.buf)
+    }
+
+    /// The most the buffer ever holds for reads of `size`: a read's room, or a
+    /// handshake message being joined.
+    #[cfg(test)]
+    fn most(size: usize) -> usize {
+        size.max(MAX_JOINED)
     }
 }
 

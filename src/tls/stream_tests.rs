@@ -325,3 +325,65 @@ async fn a_socket_closed_without_close_notify_ends_reads() {
 }
 
 use std::time::Duration;
+
+/// The largest TLS record on the wire: 16 KiB of plaintext, the most
+/// expansion TLS 1.2 allows, and the header.
+const MAX_RECORD: usize = 16 * 1024 + 2048 + 5;
+
+/// A stream of application-data records of the given payload sizes, each
+/// payload a pattern that starts at its record's index.
+fn records(sizes: &[usize]) -> Vec<u8> {
+    let mut stream = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        stream.extend_from_slice(&[23, 3, 3]);
+        stream.extend_from_slice(&(size as u16).to_be_bytes());
+        stream.extend((0..size).map(|j| (i * 31 + j * 7) as u8));
+    }
+    stream
+}
+
+proptest::proptest! {
+    /// The read buffer against any cutting of the stream into reads, as the
+    /// network hands it over (one 1,448-byte segment, or 64 KiB at once):
+    /// its capacity stays within the module's bound, and the records taken
+    /// out of it are the records sent, byte for byte. `process` here takes
+    /// every whole record, as rustls does.
+    #[test]
+    fn the_read_buffer_stays_within_its_bound_whatever_the_reads_are_cut_into(
+        sizes in proptest::collection::vec(0usize..=MAX_RECORD - 5, 1..48),
+        cuts in proptest::collection::vec(1usize..=READ_ROOM, 1..64),
+        segment in proptest::bool::ANY,
+    ) {
+        let stream = records(&sizes);
+        let mut incoming = Incoming::default();
+        let mut taken = Vec::new();
+        let mut at = 0;
+        let mut cut = cuts.iter().cycle();
+        while at < stream.len() {
+            let buf = incoming.room(READ_ROOM).unwrap();
+            let wanted = if segment { 1448 } else { *cut.next().unwrap() };
+            let n = wanted.min(buf.capacity() - buf.len()).min(stream.len() - at);
+            proptest::prop_assert!(n > 0, "a read was given no room");
+            buf.extend_from_slice(&stream[at..at + n]);
+            at += n;
+            proptest::prop_assert!(
+                incoming.buf.capacity() <= Incoming::most(READ_ROOM),
+                "the read buffer grew to {} bytes", incoming.buf.capacity()
+            );
+            loop {
+                let pending = incoming.pending_mut();
+                if pending.len() < 5 {
+                    break;
+                }
+                let whole = 5 + u16::from_be_bytes([pending[3], pending[4]]) as usize;
+                if pending.len() < whole {
+                    break;
+                }
+                taken.extend_from_slice(&pending[..whole]);
+                incoming.discard(whole);
+            }
+        }
+        proptest::prop_assert!(taken == stream, "the records taken differ from those sent");
+        proptest::prop_assert!(incoming.is_empty());
+    }
+}
