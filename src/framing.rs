@@ -59,6 +59,12 @@ impl FrameReader {
         }
     }
 
+    /// Frames of more than `max_frame_bytes` are refused from the next size
+    /// prefix on (a client that authenticates is allowed larger ones).
+    pub fn limit(&mut self, max_frame_bytes: usize) {
+        self.max_frame_bytes = max_frame_bytes;
+    }
+
     /// Since when part of a frame has been waiting for the rest; `None` between
     /// frames and while waiting for a grant.
     pub fn partial_since(&self) -> Option<Instant> {

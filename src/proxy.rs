@@ -14,7 +14,7 @@ use crate::policy::PolicyCell;
 use crate::protocol::api_versions::ApiRange;
 use crate::server::{self, Limits};
 use crate::standalone::{
-    advertised_address, bind_listener, limits, open_controller, tls_cell, StartError,
+    advertised_address, bind_listener, limits, open_controller, tls_cell, watch_limits, StartError,
 };
 use crate::store::FileStore;
 use crate::tls::{ClientTlsCell, ClientTlsMaterial, TlsCell};
@@ -187,7 +187,7 @@ impl Proxy {
                 }
             }
         }
-        context.metrics.watch_frame_budget(limits.budget.clone());
+        watch_limits(&context.metrics, &limits);
         Ok(Proxy {
             listener,
             local_addr,

@@ -11,6 +11,7 @@ use crate::metrics::Metrics;
 use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
 use crate::server::budget::FrameBudget;
+use crate::server::ceiling::{self, MemoryCeiling};
 use crate::server::{self, admission, Limits};
 use crate::store::{FileStore, StoreError};
 use crate::tls::{TlsCell, TlsMaterial};
@@ -89,7 +90,7 @@ impl Standalone {
             lab: Arc::new(crate::lab::Lab::from_specs(&config.lab)),
         });
         let limits = limits(config, None);
-        context.metrics.watch_frame_budget(limits.budget.clone());
+        watch_limits(&context.metrics, &limits);
         Ok(Standalone {
             listener,
             local_addr,
@@ -165,6 +166,7 @@ pub(crate) async fn bind_listener(
 /// (its own and its upstream link), and every broker a listener and a control
 /// connection.
 pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limits {
+    let memory = memory_ceiling(config);
     let mut max_connections = config.max_connections;
     if let Some(descriptors) = admission::raise_descriptor_limit() {
         let (fixed, per_connection) = match upstream {
@@ -193,8 +195,28 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
             max_connections = budget;
         }
     }
+    let room =
+        usize::try_from(memory.bytes() / ceiling::CONNECTION_ALLOWANCE).unwrap_or(usize::MAX);
+    if room < max_connections {
+        let why = format!(
+            "the memory ceiling ({} MiB, max_memory_bytes) has room for {room} connections at {} KiB each",
+            memory.bytes() >> 20,
+            ceiling::CONNECTION_ALLOWANCE >> 10
+        );
+        if config.max_connections == Config::default().max_connections {
+            tracing::info!(target: "kshim::server::admission", "max_connections is {room} (the default, fitted): {why}");
+            max_connections = room.max(1);
+        } else {
+            tracing::warn!(target: "kshim::server::admission", "max_connections ({max_connections}) is more than {why}; kshim sheds load before they are all open");
+        }
+    }
     Limits {
         max_frame_bytes: config.max_frame_bytes,
+        // kshim's own connections authenticate, so the brokers' listener requires SASL of
+        // the clients too: until they have, their frames are held to Kafka's pre-auth size.
+        max_unauthenticated_frame_bytes: upstream
+            .and_then(|u| u.sasl.as_ref())
+            .map(|_| config.max_unauthenticated_frame_bytes),
         max_connections,
         max_connections_per_ip: config.max_connections_per_ip,
         max_connections_per_ip_overrides: std::sync::Arc::new(
@@ -212,12 +234,46 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         request_timeout: Duration::from_millis(upstream.map_or(30_000, |u| u.request_timeout_ms)),
         budget: FrameBudget::new(frame_budget(config)),
+        memory,
         proxy_protocol: crate::server::ProxyProtocol {
             mode: config.proxy_protocol,
             trusted: std::sync::Arc::new(config.proxy_protocol_trusted.clone()),
         },
         ..Limits::default()
     }
+}
+
+/// The heap's ceiling: `max_memory_bytes`, or the default that the memory
+/// kshim may use gives; logged with where it came from.
+fn memory_ceiling(config: &Config) -> Arc<MemoryCeiling> {
+    use crate::server::memory;
+    let limit = memory::memory_limit();
+    let (bytes, why) = match config.max_memory_bytes {
+        Some(bytes) => (bytes, "max_memory_bytes".to_owned()),
+        None => (
+            memory::default_ceiling(&limit),
+            format!(
+                "the default for {} MiB, from {}; max_memory_bytes sets it",
+                limit.bytes >> 20,
+                limit.source
+            ),
+        ),
+    };
+    tracing::info!(
+        target: "kshim::server::ceiling",
+        "the heap's ceiling is {} MiB ({why}): kshim sheds load from {}% of it",
+        bytes >> 20,
+        ceiling::SHED_AT
+    );
+    MemoryCeiling::of_heap(bytes)
+}
+
+/// Shows the limits every listener shares in the metrics, and starts the
+/// memory ceiling's sampler (it ends once the listeners are gone).
+pub(crate) fn watch_limits(metrics: &Metrics, limits: &Limits) {
+    metrics.watch_frame_budget(limits.budget.clone());
+    metrics.watch_memory_ceiling(limits.memory.clone());
+    tokio::spawn(MemoryCeiling::watch(Arc::downgrade(&limits.memory)));
 }
 
 /// The global budget for frames in transit: `max_queued_request_bytes`, or

@@ -26,7 +26,8 @@ use kshim::census::{Census, CensusConfig};
 use kshim::config::{accepted_keys, key_paths};
 use kshim::lab::Lab;
 use kshim::metrics::{
-    ClusterSnapshot, FrameBudgetGauge, FrameBudgetSnapshot, Metrics, Snapshot, UpstreamSnapshot,
+    ClusterSnapshot, FrameBudgetGauge, FrameBudgetSnapshot, MemoryCeilingGauge,
+    MemoryCeilingSnapshot, Metrics, Snapshot, UpstreamSnapshot,
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -235,6 +236,19 @@ impl FrameBudgetGauge for WatchedBudget {
     }
 }
 
+struct WatchedCeiling;
+
+impl MemoryCeilingGauge for WatchedCeiling {
+    fn snapshot(&self) -> MemoryCeilingSnapshot {
+        MemoryCeilingSnapshot {
+            ceiling: 2,
+            held: 1,
+            shedding: true,
+            episodes: 1,
+        }
+    }
+}
+
 /// The names of the series `/metrics` serves, from its `# TYPE` lines (a
 /// histogram's base name), with every optional part present. The snapshot is
 /// written out field by field, so that a new part does not build until it is
@@ -243,6 +257,7 @@ fn served_series() -> BTreeSet<String> {
     crate::ALLOCATOR.mark_installed();
     let metrics = Metrics::new();
     metrics.watch_frame_budget(Arc::new(WatchedBudget));
+    metrics.watch_memory_ceiling(Arc::new(WatchedCeiling));
     let mut text = metrics.render(&Snapshot {
         epoch: 1,
         levels: vec![("metadata.version".into(), 27)],

@@ -230,7 +230,8 @@ async fn healthz() -> Json<Value> {
 /// replica out of the balancer at once, and clients would be refused instead of
 /// getting a retriable error; a long outage does take them out. `/livez` (and
 /// `/healthz`) stay up meanwhile: nothing a restart would fix. Not ready either
-/// once kshim has been asked to stop, while it drains.
+/// once kshim has been asked to stop, while it drains, nor while it sheds load
+/// near its memory ceiling.
 async fn readyz(State(state): State<Shared>) -> Response {
     let mut checks = Map::new();
     checks.insert("store".into(), json!("loaded"));
@@ -258,6 +259,21 @@ async fn readyz(State(state): State<Shared>) -> Response {
         }
         checks.insert("cluster_caught_up".into(), json!(node.caught_up()));
         checks.insert("cluster_state_reachable".into(), json!(node.reachable()));
+    }
+    if let Some(memory) = state.context.metrics.memory_ceiling() {
+        // Shedding refuses new connections: a balancer should send them elsewhere.
+        let figures = format!(
+            "{} MiB held of a {} MiB ceiling (max_memory_bytes)",
+            memory.held >> 20,
+            memory.ceiling >> 20
+        );
+        let status = if memory.shedding {
+            format!("shedding load: {figures}; new connections are refused")
+        } else {
+            figures
+        };
+        ready &= !memory.shedding;
+        checks.insert("memory".into(), json!(status));
     }
     // Reported, not failing readiness: kshim still serves, and the operator
     // decides what to do about a broker that cannot run a level.

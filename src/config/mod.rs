@@ -63,6 +63,13 @@ pub struct Config {
     /// waiting for their clients. `None`: from the memory kshim may use
     /// (`server::memory`).
     pub max_queued_request_bytes: Option<usize>,
+    /// The heap's ceiling, near which kshim sheds load. `None`: from the
+    /// memory kshim may use (`server::memory::default_ceiling`).
+    pub max_memory_bytes: Option<u64>,
+    /// In front of brokers that require SASL (`[upstream.sasl]` is set), the
+    /// largest frame of a client that has not authenticated: Kafka's
+    /// `sasl.server.max.receive.size`.
+    pub max_unauthenticated_frame_bytes: usize,
     /// Bytes of answers a client has not taken above which kshim reads no
     /// more of its requests.
     pub max_unsent_response_bytes: usize,
@@ -206,6 +213,8 @@ impl Default for Config {
             connections_max_idle_ms: 600_000,
             frame_read_timeout_ms: 60_000,
             max_queued_request_bytes: None,
+            max_memory_bytes: None,
+            max_unauthenticated_frame_bytes: 512 * 1024,
             max_unsent_response_bytes: crate::server::DEFAULT_MAX_UNSENT_RESPONSE_BYTES,
             max_pending_handshakes: None,
             max_pending_handshakes_per_ip: None,
@@ -337,6 +346,13 @@ impl Config {
             }
             if let Some(v) = top.int::<usize>("max_queued_request_bytes", "a positive size") {
                 c.max_queued_request_bytes = Some(v);
+            }
+            if let Some(v) = top.int::<u64>("max_memory_bytes", "a positive size") {
+                c.max_memory_bytes = Some(v);
+            }
+            if let Some(v) = top.int::<usize>("max_unauthenticated_frame_bytes", "a positive size")
+            {
+                c.max_unauthenticated_frame_bytes = v;
             }
             if let Some(v) = top.int::<usize>("max_unsent_response_bytes", "a positive size") {
                 c.max_unsent_response_bytes = v;
@@ -545,6 +561,11 @@ impl Config {
             (
                 "max_unsent_response_bytes",
                 self.max_unsent_response_bytes as u64,
+            ),
+            ("max_memory_bytes", self.max_memory_bytes.unwrap_or(1)),
+            (
+                "max_unauthenticated_frame_bytes",
+                self.max_unauthenticated_frame_bytes as u64,
             ),
             (
                 "max_pending_handshakes",

@@ -68,6 +68,12 @@ impl Session {
         session
     }
 
+    /// Whether the client has authenticated with SASL (the upstream accepted
+    /// an exchange).
+    pub fn authenticated(&self) -> bool {
+        self.sasl.mechanism().is_some()
+    }
+
     /// Kafka's name for how the client connected: "PLAINTEXT", "SSL",
     /// "SASL_SSL/SCRAM-SHA-512".
     fn security(&self) -> String {

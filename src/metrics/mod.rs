@@ -70,6 +70,8 @@ pub enum ConnectionRefusal {
     /// The TLS handshake queue (`max_pending_handshakes`), or the client
     /// address's share of it (`max_pending_handshakes_per_ip`), was full.
     HandshakeQueue,
+    /// kshim was shedding load: its heap neared `max_memory_bytes`.
+    Memory,
 }
 
 /// What a client connection is for: the bootstrap (any broker will do), or
@@ -92,7 +94,7 @@ impl ListenerRoute {
 }
 
 impl ConnectionRefusal {
-    const ALL: [ConnectionRefusal; 8] = [
+    const ALL: [ConnectionRefusal; 9] = [
         ConnectionRefusal::ConnectionLimit,
         ConnectionRefusal::AddressLimit,
         ConnectionRefusal::Descriptors,
@@ -101,6 +103,7 @@ impl ConnectionRefusal {
         ConnectionRefusal::ProxyProtocol,
         ConnectionRefusal::ServerName,
         ConnectionRefusal::HandshakeQueue,
+        ConnectionRefusal::Memory,
     ];
 
     fn label(self) -> &'static str {
@@ -113,6 +116,7 @@ impl ConnectionRefusal {
             ConnectionRefusal::ProxyProtocol => "proxy_protocol",
             ConnectionRefusal::ServerName => "server_name",
             ConnectionRefusal::HandshakeQueue => "handshake_queue",
+            ConnectionRefusal::Memory => "memory",
         }
     }
 }
@@ -250,6 +254,25 @@ pub trait FrameBudgetGauge: Send + Sync {
     fn snapshot(&self) -> FrameBudgetSnapshot;
 }
 
+/// The memory ceiling as /metrics and /readyz show it, read when asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryCeilingSnapshot {
+    /// `max_memory_bytes`.
+    pub ceiling: u64,
+    /// The heap and the blocks kept, at the last reading.
+    pub held: u64,
+    /// Whether kshim is shedding load now.
+    pub shedding: bool,
+    /// Times shedding began.
+    pub episodes: u64,
+}
+
+/// Something that can say where the heap stands against its ceiling: the
+/// listeners' ceiling (`crate::server::ceiling`), which sits above this module.
+pub trait MemoryCeilingGauge: Send + Sync {
+    fn snapshot(&self) -> MemoryCeilingSnapshot;
+}
+
 /// Every counter kshim keeps. One per process, shared by every listener.
 pub struct Metrics {
     /// Indexed by `(api_key * VERSIONS + version) * 3 + outcome`.
@@ -266,6 +289,8 @@ pub struct Metrics {
     connections_closed: [AtomicU64; Closure::ALL.len()],
     /// Times a connection stopped reading requests for answers its client had not taken.
     connections_muted: AtomicU64,
+    /// Times a connection stopped reading requests while kshim shed load.
+    connections_shed: AtomicU64,
     /// TLS handshakes waiting or running now.
     handshakes_pending: AtomicI64,
     sasl_authentications: AtomicU64,
@@ -273,6 +298,8 @@ pub struct Metrics {
     reloads_refused: [AtomicU64; 2],
     /// The global frame budget, once the listeners have one.
     frame_budget: std::sync::OnceLock<Arc<dyn FrameBudgetGauge>>,
+    /// The memory ceiling, once the listeners have one.
+    memory_ceiling: std::sync::OnceLock<Arc<dyn MemoryCeilingGauge>>,
 }
 
 impl Default for Metrics {
@@ -310,12 +337,24 @@ impl Metrics {
             connections_refused: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
             connections_muted: AtomicU64::new(0),
+            connections_shed: AtomicU64::new(0),
             handshakes_pending: AtomicI64::new(0),
             sasl_authentications: AtomicU64::new(0),
             reloads_applied: std::array::from_fn(|_| AtomicU64::new(0)),
             reloads_refused: std::array::from_fn(|_| AtomicU64::new(0)),
             frame_budget: std::sync::OnceLock::new(),
+            memory_ceiling: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Reports on `ceiling` from now on.
+    pub fn watch_memory_ceiling(&self, ceiling: Arc<dyn MemoryCeilingGauge>) {
+        let _ = self.memory_ceiling.set(ceiling);
+    }
+
+    /// Where the heap stands against its ceiling, once the listeners have one.
+    pub fn memory_ceiling(&self) -> Option<MemoryCeilingSnapshot> {
+        self.memory_ceiling.get().map(|c| c.snapshot())
     }
 
     /// Reports on `budget` from now on.
@@ -374,6 +413,12 @@ impl Metrics {
     /// worth `max_unsent_response_bytes`.
     pub fn connection_muted(&self) {
         self.connections_muted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection stopped reading requests while kshim shed load: its
+    /// client had answers it had not taken.
+    pub fn connection_shed(&self) {
+        self.connections_shed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A client's SASL authentication that the upstream accepted.

@@ -188,6 +188,48 @@ impl Metrics {
                 let _ = writeln!(o, "{name} {value}");
             }
         }
+        header(
+            o,
+            "kshim_connections_shed_total",
+            "counter",
+            "Times a connection stopped reading requests while kshim shed load (its heap near max_memory_bytes) because its client had answers it had not taken.",
+        );
+        let _ = writeln!(
+            o,
+            "kshim_connections_shed_total {}",
+            load(&self.connections_shed)
+        );
+        if let Some(ceiling) = self.memory_ceiling() {
+            for (name, kind, help, value) in [
+                (
+                    "kshim_memory_ceiling_bytes",
+                    "gauge",
+                    "The memory ceiling (max_memory_bytes): kshim sheds load from 80% of it until under 70%.",
+                    ceiling.ceiling,
+                ),
+                (
+                    "kshim_memory_held_bytes",
+                    "gauge",
+                    "What the ceiling counts, at its last reading: the heap and the large blocks kept.",
+                    ceiling.held,
+                ),
+                (
+                    "kshim_memory_shedding",
+                    "gauge",
+                    "1 while kshim sheds load (new connections refused, clients with untaken answers not read), else 0.",
+                    u64::from(ceiling.shedding),
+                ),
+                (
+                    "kshim_memory_shedding_total",
+                    "counter",
+                    "Times kshim began shedding load.",
+                    ceiling.episodes,
+                ),
+            ] {
+                header(o, name, kind, help);
+                let _ = writeln!(o, "{name} {value}");
+            }
+        }
         if let Some(budget) = self.frame_budget.get().map(|b| b.snapshot()) {
             header(
                 o,

@@ -32,7 +32,7 @@ fn upstream_rest(c: &Config) -> Option<UpstreamConfig> {
 
 /// Every restart-only setting. A dynamic component's keys are claimed before
 /// these keys are looked at.
-pub(super) const RESTART_ONLY: [RestartOnly; 37] = [
+pub(super) const RESTART_ONLY: [RestartOnly; 39] = [
     RestartOnly {
         key: Some("log.format"),
         name: "log.format",
@@ -117,6 +117,16 @@ pub(super) const RESTART_ONLY: [RestartOnly; 37] = [
         key: Some("max_unsent_response_bytes"),
         name: "max_unsent_response_bytes",
         same: |a, b| a.max_unsent_response_bytes == b.max_unsent_response_bytes,
+    },
+    RestartOnly {
+        key: Some("max_unauthenticated_frame_bytes"),
+        name: "max_unauthenticated_frame_bytes",
+        same: |a, b| a.max_unauthenticated_frame_bytes == b.max_unauthenticated_frame_bytes,
+    },
+    RestartOnly {
+        key: Some("max_memory_bytes"),
+        name: "max_memory_bytes",
+        same: |a, b| a.max_memory_bytes == b.max_memory_bytes,
     },
     RestartOnly {
         key: Some("max_queued_request_bytes"),

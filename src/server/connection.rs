@@ -154,7 +154,7 @@ pub(super) async fn run<S>(
     tracing::debug!(peer = %addr, route = ?session.peer().route, "connection opened");
     let mut conn = Connection {
         io: stream,
-        frames: FrameReader::new(limits.max_frame_bytes),
+        frames: FrameReader::new(limits.frame_limit(false)),
         out: Outbox::default(),
         slots: VecDeque::new(),
         front_seq: 0,
@@ -548,14 +548,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         self.reading
             && self.slots.len() + unanswered < self.limits.max_in_flight
             && queued < MAX_LINK_QUEUE_BYTES
-            && self.unsent_answers() < self.limits.max_unsent_response_bytes
+            && self.unsent_answers() < self.unsent_bound()
     }
 
-    /// Counts each time the client's unsent answers stop the reading.
+    /// The answers the client may leave untaken before its requests stop being
+    /// read: `max_unsent_response_bytes`, or none while kshim sheds load (the
+    /// client is read again once it has taken them, which wakes this task).
+    fn unsent_bound(&self) -> usize {
+        if self.limits.memory.shedding() {
+            1
+        } else {
+            self.limits.max_unsent_response_bytes
+        }
+    }
+
+    /// Counts each time the client's unsent answers stop the reading: at
+    /// their bound, or while kshim sheds load.
     fn note_muted(&mut self) {
-        let muted = self.unsent_answers() >= self.limits.max_unsent_response_bytes;
+        let unsent = self.unsent_answers();
+        let muted = unsent >= self.unsent_bound();
         if muted && !self.muted {
-            self.session.metrics().connection_muted();
+            if unsent >= self.limits.max_unsent_response_bytes {
+                self.session.metrics().connection_muted();
+            } else {
+                self.session.metrics().connection_shed();
+            }
         }
         self.muted = muted;
     }
@@ -572,6 +589,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             if self.slots.is_empty() {
                 self.frames.free_room(); // a connection waiting for its client holds no buffer
             }
+            self.frames
+                .limit(self.limits.frame_limit(self.session.authenticated()));
             let reservation = &mut self.reservation;
             let frame = match self
                 .frames
@@ -740,28 +759,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         if let Some((at, why)) = due {
             if now >= at {
                 self.session.metrics().connection_closed(why);
-                return Some(match why {
-                    Closure::FrameTimeout => format!(
-                        "a frame did not arrive whole within {:?} (frame_read_timeout_ms)",
-                        limits.frame_timeout
-                    ),
-                    Closure::UpstreamTimeout => {
-                        let text = format!(
-                            "the upstream did not answer a forwarded request within {:?} (upstream.request_timeout_ms)",
-                            limits.request_timeout
-                        );
-                        tracing::warn!(peer = %self.session.peer().addr, "connection closed: {text}");
-                        text
-                    }
-                    Closure::Idle => format!(
-                        "idle for {:?} (connections_max_idle_ms)",
-                        limits.idle_timeout
-                    ),
-                    Closure::WriteStalled => format!(
-                        "the client took none of its answers for {:?} (connections_max_idle_ms)",
-                        limits.idle_timeout
-                    ),
-                });
+                let text = limits.closed_by(why);
+                if why == Closure::UpstreamTimeout {
+                    tracing::warn!(peer = %self.session.peer().addr, "connection closed: {text}");
+                }
+                return Some(text);
             }
         }
         let mut wake = due.map(|(at, _)| at);

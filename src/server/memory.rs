@@ -1,5 +1,5 @@
-//! How much memory kshim may use, and the default global budget for frames in
-//! transit that follows from it.
+//! How much memory kshim may use, and the defaults that follow from it: the
+//! heap's ceiling (`ceiling`) and the global budget for frames in transit.
 //!
 //! In a container the host's MemTotal says nothing about what kshim may hold:
 //! a pod limited to 512 MiB on a 64 GiB node is killed by the kernel at 512 MiB.
@@ -144,6 +144,18 @@ pub fn default_frame_budget(max_frame_bytes: usize, limit: &MemoryLimit) -> usiz
     }
 }
 
+/// The default of `max_memory_bytes`, the heap's ceiling, and why: half a
+/// cgroup's limit, or a quarter of the machine's memory (shared with everything
+/// else on it). The other half of a container's limit is the allocator's own
+/// overhead, code and stacks, and the room the connections open when shedding
+/// starts may still take (`ceiling::CONNECTION_ALLOWANCE` each).
+pub fn default_ceiling(limit: &MemoryLimit) -> u64 {
+    match limit.source {
+        LimitSource::Cgroup(_) => limit.bytes / 2,
+        LimitSource::MemTotal | LimitSource::Assumed => limit.bytes / 4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,7 +199,20 @@ mod tests {
         assert_eq!(limit.bytes, 512 << 20);
         write(&root.path().join("kubepods/pod1/memory.max"), "max\n");
         assert_eq!(cgroup_limit(root.path(), "0::/kubepods/pod1\n"), None);
-        assert!(memory_limit().bytes > 0);
+    }
+
+    #[test]
+    fn the_default_ceiling_is_half_a_containers_limit_and_a_quarter_of_a_machines() {
+        let cgroup = MemoryLimit {
+            bytes: 256 << 20,
+            source: LimitSource::Cgroup(PathBuf::from("memory.max")),
+        };
+        assert_eq!(default_ceiling(&cgroup), 128 << 20);
+        let host = MemoryLimit {
+            bytes: 24 << 30,
+            source: LimitSource::MemTotal,
+        };
+        assert_eq!(default_ceiling(&host), 6 << 30);
     }
 
     #[test]

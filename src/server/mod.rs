@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod ceiling;
 mod connection;
 mod handshake;
 pub mod memory;
@@ -16,6 +17,7 @@ use crate::metrics::ConnectionRefusal;
 use crate::upstream::{NameRoute, Route};
 use admission::Admission;
 use budget::FrameBudget;
+use ceiling::MemoryCeiling;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -57,6 +59,9 @@ pub enum Routing {
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_frame_bytes: usize,
+    /// Where the upstream requires SASL: the largest frame of a client that
+    /// has not authenticated yet (Kafka's `sasl.server.max.receive.size`).
+    pub max_unauthenticated_frame_bytes: Option<usize>,
     /// Client connections across every listener, within the descriptor budget.
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
@@ -78,6 +83,8 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Bytes of request frames held at once, across every listener.
     pub budget: Arc<FrameBudget>,
+    /// The heap's ceiling, across every listener: shedding load near it.
+    pub memory: Arc<MemoryCeiling>,
     /// PROXY protocol headers from trusted load balancers.
     pub proxy_protocol: ProxyProtocol,
     /// TLS handshakes waiting or running at once, in all and per address.
@@ -143,6 +150,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
+            max_unauthenticated_frame_bytes: None,
             max_connections: 10_000,
             proxy_protocol: ProxyProtocol::default(),
             max_connections_per_ip: usize::MAX,
@@ -159,11 +167,43 @@ impl Default for Limits {
                 crate::protocol::DEFAULT_MAX_FRAME_BYTES,
                 &memory::memory_limit(),
             )),
+            memory: MemoryCeiling::of_heap(memory::default_ceiling(&memory::memory_limit())),
         }
     }
 }
 
 impl Limits {
+    /// The largest frame a client may send, before or after it authenticated.
+    fn frame_limit(&self, authenticated: bool) -> usize {
+        match self.max_unauthenticated_frame_bytes {
+            Some(cap) if !authenticated => cap.min(self.max_frame_bytes),
+            _ => self.max_frame_bytes,
+        }
+    }
+
+    /// Why a connection closed at one of its deadlines, naming the setting.
+    fn closed_by(&self, why: crate::metrics::Closure) -> String {
+        use crate::metrics::Closure;
+        match why {
+            Closure::FrameTimeout => format!(
+                "a frame did not arrive whole within {:?} (frame_read_timeout_ms)",
+                self.frame_timeout
+            ),
+            Closure::UpstreamTimeout => format!(
+                "the upstream did not answer a forwarded request within {:?} (upstream.request_timeout_ms)",
+                self.request_timeout
+            ),
+            Closure::Idle => format!(
+                "idle for {:?} (connections_max_idle_ms)",
+                self.idle_timeout
+            ),
+            Closure::WriteStalled => format!(
+                "the client took none of its answers for {:?} (connections_max_idle_ms)",
+                self.idle_timeout
+            ),
+        }
+    }
+
     /// The caps on admitting connections, shared by every listener.
     pub fn admission(&self) -> Arc<Admission> {
         Admission::new(
@@ -342,6 +382,14 @@ pub async fn serve(
                         continue;
                     }
                 };
+                if limits.memory.shedding() {
+                    // Closed at once: a client that is refused retries elsewhere or later, and
+                    // nothing is spent on it (no task, no handshake).
+                    ctx.metrics.connection_refused(ConnectionRefusal::Memory);
+                    tracing::debug!(peer = %socket, "connection refused: kshim is shedding load (its heap is near max_memory_bytes)");
+                    drop(stream);
+                    continue;
+                }
                 let accepted_at = tokio::time::Instant::now();
                 let _ = stream.set_nodelay(true);
                 crate::client::keepalive(&stream);

@@ -509,6 +509,182 @@ def test_big_frames_in_a_small_container_are_slowed_not_killed(kshim_binary, kaf
 
 
 # ---------------------------------------------------------------------------
+# Many clients that never read, all at once
+# ---------------------------------------------------------------------------
+
+FLOOD_CONNECTIONS = int(os.environ.get("KSHIM_FLOOD_CONNECTIONS", "2000"))
+FLOOD_REQUESTS = 4000
+# How long the flood writes once no connection takes more.
+FLOOD_STALL_S = 3.0
+# How long the connections stay open once written: kshim reads and answers what the kernel
+# took from them (megabytes each on loopback) meanwhile.
+FLOOD_HOLD_S = 10.0
+FLOOD_MAX_S = 60.0
+
+FLOOD_PROBE = r"""
+import json, socket, struct, sys, time
+import os
+host, port, seconds, stop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[5]
+frame = bytes.fromhex(sys.argv[4])
+raw = socket.create_connection((host, port), timeout=5)
+raw.settimeout(5)
+def exact(n):
+    out = b""
+    while len(out) < n:
+        chunk = raw.recv(n - len(out))
+        if not chunk:
+            raise SystemExit("closed")
+        out += chunk
+    return out
+# Connected before the flood: the test waits for this line.
+print("connected", flush=True)
+latencies = []
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline and not os.path.exists(stop):
+    started = time.perf_counter()
+    raw.sendall(frame)
+    (size,) = struct.unpack(">i", exact(4))
+    exact(size)
+    latencies.append(time.perf_counter() - started)
+    time.sleep(0.005)
+print(json.dumps(latencies))
+"""
+
+
+def flood(host: str, port: int, connections: int, requests: int, watch) -> tuple[int, int, int]:
+    """Opens `connections` connections, each writing `requests` ApiVersions v3 back to back and
+    reading nothing, until every one has written them all or none has taken a byte for
+    FLOOD_STALL_S, and holds them open FLOOD_HOLD_S more, while kshim answers what it read.
+    `watch()` is called between rounds. Returns (connections opened, refused or closed by
+    kshim, requests written whole)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < connections + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, connections + 256), hard))
+    frame = api_versions_frame()
+    blob = frame * requests
+    socks: list[socket.socket] = []
+    refused = 0
+    try:
+        for _ in range(connections):
+            try:
+                sock = socket.create_connection((host, port), timeout=5)
+            except OSError:
+                refused += 1
+                continue
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            sock.setblocking(False)
+            socks.append(sock)
+        offsets = [0] * len(socks)
+        live = set(range(len(socks)))
+        deadline = time.monotonic() + FLOOD_MAX_S
+        last_progress = time.monotonic()
+        while live and time.monotonic() < deadline and time.monotonic() < last_progress + FLOOD_STALL_S:
+            for i in list(live):
+                try:
+                    n = socks[i].send(memoryview(blob)[offsets[i]:offsets[i] + 65536])
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    refused += 1
+                    live.discard(i)
+                    continue
+                if n:
+                    offsets[i] += n
+                    last_progress = time.monotonic()
+                if offsets[i] >= len(blob):
+                    live.discard(i)
+            watch()
+            time.sleep(0.02)
+        written = sum(o // len(frame) for o in offsets)
+        hold = time.monotonic() + FLOOD_HOLD_S
+        while time.monotonic() < hold:
+            watch()
+            time.sleep(0.1)
+        return len(socks), refused, written
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_thousands_of_clients_that_never_read_cannot_get_kshim_killed(kshim_binary, tmp_path: Path):
+    """FLOOD_CONNECTIONS connections that each pipeline FLOOD_REQUESTS ApiVersions v3 and read
+    nothing, against a standalone kshim in a 256 MiB memory cgroup (its default ceiling: half
+    of that). Each connection's own bound is 1 MiB of answers, 2 GiB in all: kshim must shed
+    instead (docs/security.md, "What all peers together can hold"), and a client connected
+    before them must get every answer within a second."""
+    cgroup = MemoryCgroup(CGROUP_LIMIT)
+    proc = None
+    probe = None
+    try:
+        admin_port = kafka_env.free_port()
+        proc = kafka_env.KshimProcess("connections_max_idle_ms = 600000\n" + admin_table(admin_port),
+                                      binary=cgroup.wrapper(tmp_path, kshim_binary))
+        kafka_env.start_or_fail(proc)
+        admin = kafka_env.AdminApi(admin_port, TOKEN)
+        assert kafka_env.wait_until(lambda: kafka_env.port_accepts("127.0.0.1", admin_port), timeout=10)
+        assert metric(admin, "kshim_memory_ceiling_bytes") == CGROUP_LIMIT // 2
+        host, port = kafka_env.split_hostport(proc.bootstrap)
+        request = kafka_env.api_versions_request(3, ("well-behaved", "1"))
+        probe = subprocess.Popen(
+            [sys.executable, "-c", FLOOD_PROBE, host, str(port), str(FLOOD_MAX_S + 15),
+             (struct.pack(">i", len(request)) + request).hex(), str(tmp_path / "stop")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        assert probe.stdout is not None and probe.stdout.readline().strip() == "connected"
+        seen = {"rss": 0.0, "unready": "", "asked": 0.0}
+
+        def watch() -> None:
+            try:
+                seen["rss"] = max(seen["rss"], rss_mib(proc.pid))
+            except (AssertionError, OSError):
+                pytest.fail(f"kshim was killed: {cgroup.read('memory.oom_control')}")
+            if not seen["unready"] and time.monotonic() > seen["asked"] + 0.5:
+                seen["asked"] = time.monotonic()
+                status, text = admin.call("GET", "/readyz")
+                if status == 503:
+                    seen["unready"] = str(text)
+
+        started = time.monotonic()
+        opened, refused_here, written = flood(host, port, FLOOD_CONNECTIONS, FLOOD_REQUESTS, watch)
+        took = time.monotonic() - started
+        hwm = int(cgroup.read("memory.max_usage_in_bytes"))
+        oom = cgroup.read("memory.oom_control")
+        shed = metric(admin, "kshim_connections_shed_total")
+        episodes = metric(admin, "kshim_memory_shedding_total")
+        refused = metric(admin, "kshim_connections_refused_total", '{reason="memory"}')
+        (tmp_path / "stop").touch()
+        out, err = probe.communicate(timeout=30)
+        latencies = json.loads(out.strip().splitlines()[-1]) if out.strip() else []
+        print(f"{opened} connections opened ({refused_here} refused or closed), {written} requests written "
+              f"in {took:.1f} s; kshim's peak RSS {status_mib(proc.pid, 'VmHWM'):.0f} MiB, the cgroup's "
+              f"{hwm / MIB:.0f} MiB of {CGROUP_LIMIT // MIB}; shedding began {episodes:.0f} times, "
+              f"{shed:.0f} connections stopped, {refused:.0f} refused; the well-behaved client's "
+              f"{len(latencies)} answers took at most {max(latencies or [0]) * 1000:.0f} ms; kshim's "
+              f"RSS seen at most {seen['rss']:.0f} MiB", file=sys.stderr)
+        assert proc.alive(), f"kshim was killed: {kafka_env.tail(proc.log_path)}"
+        assert "oom_kill 0" in oom, oom
+        assert hwm < CGROUP_LIMIT, f"the cgroup reached {hwm / MIB:.0f} MiB"
+        assert status_mib(proc.pid, "VmHWM") < CGROUP_LIMIT / MIB
+        assert episodes >= 1, "kshim never shed load: the flood did not reach its ceiling"
+        assert shed + refused > 0
+        assert "shedding load" in seen["unready"], f"/readyz never said it was shedding: {seen['unready']}"
+        assert len(latencies) >= 20, f"the well-behaved client got {len(latencies)} answers: {err[-2000:]}"
+        assert max(latencies) < 1.0, f"an answer to the well-behaved client took {max(latencies):.2f} s"
+        # Once the flood's connections are gone, kshim is ready again and takes new clients.
+        assert kafka_env.wait_until(lambda: metric(admin, "kshim_memory_shedding") == 0, timeout=15), \
+            f"still shedding: {admin.call('GET', '/readyz')}"
+        status, ready = admin.call("GET", "/readyz")
+        assert status == 200, ready
+        assert kafka_env.api_versions(proc.bootstrap).error_code == 0
+    finally:
+        if probe is not None and probe.poll() is None:
+            probe.kill()
+        if proc is not None:
+            proc.cleanup()
+        cgroup.remove()
+
+
+# ---------------------------------------------------------------------------
 # A storm of TLS handshakes
 # ---------------------------------------------------------------------------
 

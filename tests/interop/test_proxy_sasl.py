@@ -334,6 +334,37 @@ class RawKafka:
         return correlation, code
 
 
+# Kafka's sasl.server.max.receive.size, kshim's max_unauthenticated_frame_bytes by default.
+UNAUTHENTICATED_MAX = 512 * 1024
+
+
+def test_a_client_that_has_not_authenticated_cannot_send_a_large_frame(proxy):
+    """In front of brokers that require SASL, a frame of more than 512 KiB from a client that has
+    not authenticated is refused from its size prefix: the connection closes at once, before any
+    of its body is read or held (not after frame_read_timeout_ms, waiting for the rest). Once the
+    client has authenticated, the same frame is read and answered."""
+    frame = kafka_env.produce_v7(1, "sasl-large", 1, bytes(UNAUTHENTICATED_MAX + 4096))
+    raw = RawKafka(proxy.bootstrap)
+    try:
+        # The size prefix and a little of the body; the rest never comes.
+        raw.send(frame[:1024])
+        started = time.monotonic()
+        assert raw.answer(flexible=False) is None, "kshim answered a frame it should have refused"
+        assert time.monotonic() - started < 5, "the connection stayed open, waiting for the frame"
+    finally:
+        raw.close()
+    # A frame at the cap is read before authentication (ApiVersions is far below it).
+    assert kafka_env.api_versions(proxy.bootstrap).error_code == 0
+    raw = RawKafka(proxy.bootstrap)
+    try:
+        raw.login("alice", "alice-secret")
+        raw.send(frame)
+        answer = kafka_env.read_frame(raw.sock)
+        assert struct.unpack_from(">i", answer, 0)[0] == 1, "not the Produce request's answer"
+    finally:
+        raw.close()
+
+
 def update_features_answer(raw: RawKafka) -> int | None:
     """UpdateFeatures v1's top-level error code (after ThrottleTimeMs), or None if closed."""
     try:
