@@ -139,7 +139,7 @@ fn measure(stream: Stream, direction: Direction, bytes: usize) -> f64 {
                     serve(tls, direction, bytes).await;
                 }
                 Stream::Unbuffered => {
-                    let tls = unbuffered::accept(server_config, tcp)
+                    let tls = kshim::tls::hello::accept(server_config, tcp)
                         .await
                         .expect("handshake");
                     serve(tls, direction, bytes).await;

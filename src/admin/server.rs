@@ -153,7 +153,7 @@ pub async fn serve(
                             serve_connection(TokioIo::new(stream), router, caller, busy).await;
                         }
                         Some(material) => {
-                            let accepting = crate::tls::stream::accept(Arc::clone(&material.config), stream);
+                            let accepting = crate::tls::hello::accept(Arc::clone(&material.config), stream);
                             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accepting).await {
                                 Ok(Ok(s)) => s,
                                 Ok(Err(e)) => {

@@ -233,7 +233,7 @@ async fn accept_tls(
     addr: SocketAddr,
     deadline: tokio::time::Instant,
 ) -> Option<(crate::tls::stream::ServerTls, Option<Route>)> {
-    let hello = tokio::time::timeout_at(deadline, crate::tls::stream::read_client_hello(stream));
+    let hello = tokio::time::timeout_at(deadline, crate::tls::hello::read_client_hello(stream));
     let start = match hello.await {
         Ok(Ok(start)) => start,
         Ok(Err(e)) => return handshake_refused(&ctx, addr, Some(e)),

@@ -5,17 +5,25 @@
 //!   config, client authentication, and the principal of a client certificate.
 //! - `client`: kshim's own connections to the upstream cluster.
 //! - `files`: bounded reads of certificates, keys and stores.
-//! - `stream`: a TLS session over TCP that holds no buffer while idle.
+//! - `stream`: a TLS session over TCP that holds no buffer while idle;
+//!   `hello`, a client's first flight, read before the handshake goes on;
+//!   `transport`, what the stream needs of its socket, and a socket in
+//!   memory; `feed`, a real client driving the stream over that socket in
+//!   chosen pieces (the stream's property tests and its fuzz target).
 //!
 //! Material is built and checked aside, then swapped in whole: a handshake that
 //! starts after the swap uses it, established connections keep theirs, and
 //! material that fails to build changes nothing. Knows nothing of Kafka.
 
 pub mod client;
+#[doc(hidden)]
+pub mod feed;
 mod files;
+pub mod hello;
 pub mod principal;
 pub mod server;
 pub mod stream;
+mod transport;
 
 pub use client::ClientTlsMaterial;
 pub use files::read_bounded;

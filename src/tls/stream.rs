@@ -29,7 +29,7 @@
 
 use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::server::{Acceptor, ServerConnectionData, UnbufferedServerConnection};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
 use rustls::unbuffered::{
     ConnectionState, EncodeError, EncryptError, UnbufferedStatus, WriteTraffic,
 };
@@ -38,8 +38,10 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+
+pub use super::transport::{Pieces, PiecesHandle, Transport};
 
 /// Room for each read of ciphertext: up to four records at once.
 const READ_ROOM: usize = 64 * 1024;
@@ -48,7 +50,16 @@ const READ_ROOM: usize = 64 * 1024;
 const HANDSHAKE_READ_ROOM: usize = 8 * 1024;
 /// Room for one handshake message of up to 64 KiB (what rustls accepts) and
 /// the headers of the records it spans.
-const MAX_JOINED: usize = 128 * 1024;
+pub(super) const MAX_JOINED: usize = 128 * 1024;
+/// The most the buffer of ciphertext read and not yet processed ever holds
+/// (the module header's bound: a read's room, or a handshake message being
+/// joined), for the tests and the fuzz target.
+#[doc(hidden)]
+pub const READ_BUFFER_BOUND: usize = if READ_ROOM > MAX_JOINED {
+    READ_ROOM
+} else {
+    MAX_JOINED
+};
 /// The plaintext one write takes at most.
 const MAX_WRITE: usize = 64 * 1024;
 /// Plaintext of one record.
@@ -98,9 +109,10 @@ impl Session for UnbufferedClientConnection {
     }
 }
 
-/// A TLS session over TCP; see the module header.
-pub struct TlsStream<S> {
-    tcp: TcpStream,
+/// A TLS session over TCP (or, in the tests and the fuzz target, over
+/// [`Pieces`]); see the module header.
+pub struct TlsStream<S, T = TcpStream> {
+    tcp: T,
     session: S,
     incoming: Incoming,
     plain: Plain,
@@ -129,8 +141,8 @@ enum Action<'a> {
     Close,
 }
 
-impl<S: Session> TlsStream<S> {
-    fn new(tcp: TcpStream, session: S, incoming: Incoming) -> Self {
+impl<S: Session, T: Transport> TlsStream<S, T> {
+    pub(super) fn new(tcp: T, session: S, incoming: Incoming) -> Self {
         TlsStream {
             tcp,
             session,
@@ -143,8 +155,15 @@ impl<S: Session> TlsStream<S> {
     }
 
     /// The TCP connection underneath.
-    pub fn tcp(&self) -> &TcpStream {
+    pub fn tcp(&self) -> &T {
         &self.tcp
+    }
+
+    /// The capacity of the buffer of ciphertext read and not yet processed
+    /// (what the module header bounds), for the tests and the fuzz target.
+    #[doc(hidden)]
+    pub fn read_buffer_capacity(&self) -> usize {
+        self.incoming.buf.capacity()
     }
 
     /// The certificates the peer presented, its own first.
@@ -153,7 +172,7 @@ impl<S: Session> TlsStream<S> {
     }
 
     /// Runs the handshake to its end, our last flight sent.
-    async fn handshake(&mut self) -> io::Result<()> {
+    pub(super) async fn handshake(&mut self) -> io::Result<()> {
         poll_fn(|cx| self.poll_handshake(cx)).await
     }
 
@@ -423,7 +442,7 @@ fn required(e: EncryptError) -> Option<usize> {
     }
 }
 
-impl<S: Session> AsyncRead for TlsStream<S> {
+impl<S: Session, T: Transport> AsyncRead for TlsStream<S, T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -470,7 +489,7 @@ impl<S: Session> AsyncRead for TlsStream<S> {
     }
 }
 
-impl<S: Session> AsyncWrite for TlsStream<S> {
+impl<S: Session, T: Transport> AsyncWrite for TlsStream<S, T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -532,11 +551,11 @@ impl<S: Session> AsyncWrite for TlsStream<S> {
 }
 
 /// Connects a TLS session to a server over `tcp` and completes the handshake.
-pub async fn connect(
+pub async fn connect<T: Transport>(
     config: Arc<rustls::ClientConfig>,
     name: ServerName<'static>,
-    tcp: TcpStream,
-) -> io::Result<ClientTls> {
+    tcp: T,
+) -> io::Result<TlsStream<UnbufferedClientConnection, T>> {
     let session = UnbufferedClientConnection::new(config, name)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mut stream = TlsStream::new(tcp, session, Incoming::default());
@@ -544,105 +563,16 @@ pub async fn connect(
     Ok(stream)
 }
 
-/// A client's first flight, read and parsed: enough to choose a config (or to
-/// refuse the server name it asks for) before the handshake goes on.
-pub struct ClientHello {
-    tcp: TcpStream,
-    /// Every byte read so far, handed to the session.
-    bytes: Vec<u8>,
-    server_name: Option<String>,
-}
-
-/// Reads a client's ClientHello from `tcp`. An error names what was wrong;
-/// a malformed hello is answered with rustls's alert first.
-pub async fn read_client_hello(mut tcp: TcpStream) -> io::Result<ClientHello> {
-    /// A ClientHello is a few hundred bytes; a larger one takes more reads.
-    const HELLO_READ: usize = 4096;
-    let mut acceptor = Acceptor::default();
-    let mut bytes = Vec::new();
-    loop {
-        let at = bytes.len();
-        if at >= MAX_JOINED {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "a ClientHello larger than 128 KiB",
-            ));
-        }
-        bytes.resize(at + HELLO_READ, 0);
-        let n = tcp.read(&mut bytes[at..]).await?;
-        bytes.truncate(at + n);
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the peer closed the connection before its ClientHello was whole",
-            ));
-        }
-        let mut fresh = &bytes[at..];
-        while !fresh.is_empty() {
-            if acceptor.read_tls(&mut fresh)? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "a ClientHello larger than rustls accepts",
-                ));
-            }
-        }
-        match acceptor.accept() {
-            Ok(None) => {}
-            Ok(Some(accepted)) => {
-                let server_name = accepted.client_hello().server_name().map(str::to_owned);
-                return Ok(ClientHello {
-                    tcp,
-                    bytes,
-                    server_name,
-                });
-            }
-            Err((error, mut alert)) => {
-                let mut record = Vec::new();
-                if alert.write_all(&mut record).is_ok() {
-                    let _ = tcp.write_all(&record).await;
-                }
-                return Err(io::Error::new(io::ErrorKind::InvalidData, error));
-            }
-        }
-    }
-}
-
-impl ClientHello {
-    /// The server name the client asked for (SNI), if any.
-    pub fn server_name(&self) -> Option<&str> {
-        self.server_name.as_deref()
-    }
-
-    /// The TCP connection, to refuse the hello on.
-    pub fn into_tcp(self) -> TcpStream {
-        self.tcp
-    }
-
-    /// Goes on with the handshake under `config`.
-    pub async fn accept(self, config: Arc<rustls::ServerConfig>) -> io::Result<ServerTls> {
-        let session = UnbufferedServerConnection::new(config)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mut stream = TlsStream::new(self.tcp, session, Incoming::holding(self.bytes));
-        stream.handshake().await?;
-        Ok(stream)
-    }
-}
-
-/// Accepts a TLS session over `tcp` under `config`, whatever name it asks for.
-pub async fn accept(config: Arc<rustls::ServerConfig>, tcp: TcpStream) -> io::Result<ServerTls> {
-    read_client_hello(tcp).await?.accept(config).await
-}
-
 /// Ciphertext read and not yet processed: `buf[start..]`. Reads go into the
 /// buffer's spare capacity, which is never zeroed first.
 #[derive(Default)]
-struct Incoming {
+pub(super) struct Incoming {
     buf: Vec<u8>,
     start: usize,
 }
 
 impl Incoming {
-    fn holding(bytes: Vec<u8>) -> Self {
+    pub(super) fn holding(bytes: Vec<u8>) -> Self {
         Incoming {
             buf: bytes,
             start: 0,
@@ -667,8 +597,8 @@ impl Incoming {
 
     /// The buffer, with room for the next read: at least a read's worth, or
     /// twice what is pending while one handshake message spans more than
-    /// that. Its capacity is at most `max(size, MAX_JOINED)` whatever the
-    /// reads were cut into (see [`Incoming::most`]).
+    /// that. Its capacity is at most [`READ_BUFFER_BOUND`] whatever the reads
+    /// were cut into.
     fn room(&mut self, size: usize) -> io::Result<&mut Vec<u8>> {
         let pending = self.buf.len() - self.start;
         let want = if pending < size / 2 {
@@ -695,13 +625,6 @@ impl Incoming {
         // spell, is one the allocator reuses.
         self.buf.reserve_exact(want);
         Ok(&mut self.buf)
-    }
-
-    /// The most the buffer ever holds for reads of `size`: a read's room, or a
-    /// handshake message being joined.
-    #[cfg(test)]
-    fn most(size: usize) -> usize {
-        size.max(MAX_JOINED)
     }
 }
 

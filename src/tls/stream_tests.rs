@@ -2,6 +2,8 @@
 //! tokio-rustls) as the peer, and against itself.
 
 use super::*;
+use crate::tls::feed::feed_server;
+use crate::tls::hello::{accept, read_client_hello};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::RootCertStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -367,7 +369,7 @@ proptest::proptest! {
             buf.extend_from_slice(&stream[at..at + n]);
             at += n;
             proptest::prop_assert!(
-                incoming.buf.capacity() <= Incoming::most(READ_ROOM),
+                incoming.buf.capacity() <= READ_BUFFER_BOUND,
                 "the read buffer grew to {} bytes", incoming.buf.capacity()
             );
             loop {
@@ -386,4 +388,50 @@ proptest::proptest! {
         proptest::prop_assert!(taken == stream, "the records taken differ from those sent");
         proptest::prop_assert!(incoming.is_empty());
     }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// The whole stream against any cutting of a client's ciphertext into
+    /// reads of 1 byte to 64 KiB (the handshake included): the plaintext
+    /// read is exactly the plaintext sent, and the ciphertext buffer stays
+    /// within the module's bound.
+    #[test]
+    fn the_stream_reads_exactly_what_was_sent_whatever_the_reads_are_cut_into(
+        cuts in proptest::collection::vec(
+            proptest::prop_oneof![1usize..=64, 1usize..=2048, 1usize..=READ_ROOM],
+            1..16,
+        ),
+        len in 0usize..=200_000,
+    ) {
+        let pki = pki();
+        let data = pattern(len);
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let fed = runtime.block_on(feed_server(pki.server, pki.client, localhost(), &data, &cuts, None));
+        proptest::prop_assert!(fed.error.is_none(), "{:?}", fed.error);
+        proptest::prop_assert!(fed.read == data, "read {} bytes of {}", fed.read.len(), data.len());
+        proptest::prop_assert!(fed.most_buffered <= READ_BUFFER_BOUND, "{}", fed.most_buffered);
+    }
+}
+
+#[test]
+fn a_flipped_byte_of_ciphertext_fails_the_stream_and_passes_nothing_on() {
+    let pki = pki();
+    let data = pattern(50_000);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let fed = runtime.block_on(feed_server(
+        pki.server,
+        pki.client,
+        localhost(),
+        &data,
+        &[1448],
+        Some(20_000),
+    ));
+    let error = fed.error.expect("the stream failed");
+    assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+    // The records before the flipped one are intact, and nothing after it is read.
+    assert!(fed.read.len() < 20_000 && data.starts_with(&fed.read));
 }
