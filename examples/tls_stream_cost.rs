@@ -15,7 +15,6 @@
 //! stream, and kshim's stream against the buffered one per direction and round.
 
 use clap::Parser;
-use kshim::tls::stream as unbuffered;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
