@@ -9,6 +9,15 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: kshim::heap::CountingAllocator = kshim::heap::CountingAllocator;
 
+/// jemalloc's options, read at its start (the prefixed build's `malloc_conf`; it must be in
+/// the binary itself, a library's symbol is not linked in): its background thread purges
+/// freed pages a second after they were freed, also while every runtime thread sleeps, and
+/// purges them for good (no lazily freed pages left counting as resident); `kshim::heap` says
+/// why. `_RJEM_MALLOC_CONF` in the environment overrides them.
+#[export_name = "_rjem_malloc_conf"]
+pub static MALLOC_CONF: &[u8; 60] =
+    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kshim",
@@ -46,7 +55,6 @@ fn main() -> std::process::ExitCode {
     let log = init_logging(&cli.command);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_park(kshim::heap::release_free_memory_when_idle)
         .build()
     {
         Ok(rt) => rt,
@@ -55,9 +63,6 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    runtime.spawn(kshim::heap::release_kept_memory(
-        kshim::server::wake_handshake_threads,
-    ));
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => cli::serve::run(args, log).await.map(|()| 0),

@@ -171,10 +171,16 @@ impl Metrics {
                 crate::heap::allocations(),
             ),
             (
-                "kshim_heap_kept_bytes",
+                "kshim_allocator_allocated_bytes",
                 "gauge",
-                "Bytes of freed large blocks (a MiB or more) kept for the next frames of their size, until unused for a second.",
-                crate::heap::allocated_bytes().map(|_| crate::heap::kept_bytes()),
+                "jemalloc's stats.allocated: bytes in blocks handed out.",
+                crate::heap::allocator_stats().map(|s| s.0),
+            ),
+            (
+                "kshim_allocator_resident_bytes",
+                "gauge",
+                "jemalloc's stats.resident: bytes of its pages that are resident.",
+                crate::heap::allocator_stats().map(|s| s.1),
             ),
             (
                 "kshim_resident_memory_bytes",

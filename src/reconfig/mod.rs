@@ -614,7 +614,7 @@ impl Registry {
         };
         let active = Arc::clone(&self.active);
         let metrics = Arc::clone(&self.metrics);
-        let change = move || {
+        let change = move |state: &mut State| {
             if &next != state.log.active() {
                 // The change is durable before it applies.
                 state.log.commit(&next)?;
@@ -639,10 +639,13 @@ impl Registry {
             })
         };
         let finish = move || {
-            let result = change();
+            let result = change(&mut state);
+            // Counted while the registry's lock is still held: whoever takes it next
+            // sees the change counted.
             if let Some(source) = source {
                 metrics.reload(source, result.is_ok());
             }
+            drop(state);
             result
         };
         match tokio::task::spawn_blocking(finish).await {

@@ -3,8 +3,7 @@
 //! kernel never has to kill it.
 //!
 //! The account is the heap itself: the bytes the allocator has handed out and
-//! not taken back, and the large blocks it keeps for the next frames
-//! (`crate::heap`). Every byte kshim holds for a peer is in it (request frames,
+//! not taken back (`crate::heap`). Every byte kshim holds for a peer is in it (request frames,
 //! answers of its own and the brokers', read and TLS buffers, per-connection
 //! state), with no counting site per buffer that a new buffer could miss. Each
 //! connection's own bounds (`max_unsent_response_bytes`, the frame budget, the
@@ -86,13 +85,9 @@ impl MemoryCeiling {
         })
     }
 
-    /// A ceiling of `bytes` over the process's heap and the blocks its
-    /// allocator keeps.
+    /// A ceiling of `bytes` over the process's heap.
     pub fn of_heap(bytes: u64) -> Arc<MemoryCeiling> {
-        MemoryCeiling::new(
-            bytes,
-            Box::new(|| crate::heap::allocated_bytes().map(|a| a + crate::heap::kept_bytes())),
-        )
+        MemoryCeiling::new(bytes, Box::new(crate::heap::allocated_bytes))
     }
 
     pub fn bytes(&self) -> u64 {

@@ -37,7 +37,6 @@ fn pool() -> Option<&'static tokio::runtime::Runtime> {
             .thread_name("kshim-handshake")
             .enable_all()
             .on_thread_start(lower_priority)
-            .on_thread_park(crate::heap::release_free_memory_when_idle)
             .build()
             .map_err(|e| {
                 tracing::warn!(
@@ -47,18 +46,6 @@ fn pool() -> Option<&'static tokio::runtime::Runtime> {
             .ok()
     })
     .as_ref()
-}
-
-/// Wakes the handshake threads that sleep, so that each parks again and hands
-/// its free memory back (see `crate::heap::release_kept_memory`): a task
-/// spawned from outside the runtime wakes a parked thread to take it. Nothing
-/// when the handshake threads never started.
-pub fn wake_idle() {
-    if let Some(Some(runtime)) = POOL.get() {
-        for _ in 0..runtime.metrics().num_workers() {
-            runtime.spawn(async {});
-        }
-    }
 }
 
 /// Lowers the calling thread's priority: on Linux the nice value is per thread,

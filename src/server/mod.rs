@@ -10,8 +10,6 @@ mod handshake;
 pub mod memory;
 pub mod proxy_protocol;
 
-pub use handshake::wake_idle as wake_handshake_threads;
-
 use crate::handlers::{Context, Peer, ANONYMOUS};
 use crate::metrics::ConnectionRefusal;
 use crate::upstream::{NameRoute, Route};

@@ -58,7 +58,6 @@ MAX_LEVEL = 8
 TOKEN = "soak-" + "admin"
 SOAK_SRC = ke.INTEROP_DIR / "java" / "Soak.java"
 SOAK_DEBUG_LOG4J = ke.INTEROP_DIR / "log4j2-soak-debug.properties"
-HEAP_CENSUS = ke.REPO_ROOT / "tests" / "tools" / "heap_census.py"
 INSTANCES = 3
 BROKERS = 3
 KINDS = ["kshim_kill", "writer_pause", "broker_roll", "state_leader_stop", "cert_rotate", "config_patch",
@@ -71,9 +70,7 @@ MEMORY_GROWTH_LIMIT = 0.05
 # the arenas of the threads that allocated under load and their stacks. A leak grows with the
 # load's length; this does not.
 ARENA_ALLOWANCE_KIB = 2048
-# Where mimalloc maps its memory (its address hints start at 2 TiB) and the size of a glibc arena
-# reservation: for the breakdown of anonymous memory.
-MIMALLOC_REGION = (2 << 40, 64 << 40)
+# The size of a glibc arena reservation: for the breakdown of anonymous memory.
 GLIBC_ARENA_SIZE = 64 << 20
 # An idle instance keeps its connections to the brokers for the cluster's state: to the state
 # partition's leader, the transaction coordinator and the group coordinator, each of which may
@@ -384,6 +381,11 @@ def idle_sample(instances: list["Instance"], broker_ports: set[int]) -> dict[str
             "fd_kinds": descriptor_kinds(pid),
             "threads": proc_status_kib(pid, "Threads"),
             "anon_by_kind": anon_breakdown(pid),
+            # jemalloc's own figures: what it has handed out, and its resident pages.
+            "allocator_kib": {
+                "allocated": metric_sum(text, "kshim_allocator_allocated_bytes") / 1024,
+                "resident": metric_sum(text, "kshim_allocator_resident_bytes") / 1024,
+            } if status == 200 else {},
         }
     return out
 
@@ -425,10 +427,11 @@ TCP_STATES = {"01": "established", "02": "syn-sent", "06": "time-wait", "07": "c
 
 
 def anon_breakdown(pid: int) -> dict[str, int]:
-    """Where a process's anonymous resident memory is, in KiB, from /proc/PID/smaps: kshim's
-    allocator (mimalloc, which maps its memory from 2 TiB up), the C library's malloc (its main
-    heap, and its other arenas: mappings inside 64 MiB reservations), thread stacks (a mapping
-    with a guard page just below it) and the rest (the binary's relocated data, for one)."""
+    """Where a process's anonymous resident memory is, in KiB, from /proc/PID/smaps: the C
+    library's malloc (its main heap, and its other arenas: mappings inside 64 MiB reservations),
+    thread stacks (a mapping with a guard page just below it) and the rest: kshim's allocator
+    (jemalloc maps its extents anywhere; its own count is in `allocator_kib`) and the binary's
+    relocated data."""
     vmas = []
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split()
@@ -438,19 +441,17 @@ def anon_breakdown(pid: int) -> dict[str, int]:
                          "anon": 0})
         elif head[0] == "Anonymous:" and vmas:
             vmas[-1]["anon"] = int(head[1])
-    out = {"mimalloc": 0, "libc malloc": 0, "stacks": 0, "other": 0}
+    out = {"libc malloc": 0, "stacks": 0, "allocator and other": 0}
     for n, v in enumerate(vmas):
         if not v["anon"]:
             continue
-        if MIMALLOC_REGION[0] <= v["lo"] < MIMALLOC_REGION[1]:
-            kind = "mimalloc"
-        elif v["path"] == "[heap]" or (v["path"] == "" and v["lo"] % GLIBC_ARENA_SIZE == 0):
+        if v["path"] == "[heap]" or (v["path"] == "" and v["lo"] % GLIBC_ARENA_SIZE == 0):
             kind = "libc malloc"
         elif v["path"] == "[stack]" or (n > 0 and vmas[n - 1]["hi"] == v["lo"]
                                         and vmas[n - 1]["perms"].startswith("---")):
             kind = "stacks"
         else:
-            kind = "other"
+            kind = "allocator and other"
         out[kind] += v["anon"]
     return out
 
@@ -1012,7 +1013,9 @@ def evaluate(rec: Recorder, ticks: list[dict], errors: list[dict], final: dict, 
     notes, bad = [], []
 
     def where(sample: dict) -> str:
-        return ", ".join(f"{k} {v / 1024:.1f}" for k, v in sample["anon_by_kind"].items())
+        parts = [f"{k} {v / 1024:.1f}" for k, v in sample["anon_by_kind"].items()]
+        parts += [f"jemalloc {k} {v / 1024:.1f}" for k, v in sample.get("allocator_kib", {}).items()]
+        return ", ".join(parts)
     for name, before in sorted(idle_before.items()):
         after = idle_after.get(name)
         if after is None:
@@ -1511,15 +1514,6 @@ def run(args) -> int:
             # of a memory invariant that did not hold.
             if i.kshim.alive():
                 shutil.copyfile(f"/proc/{i.kshim.pid}/smaps", out / f"smaps-{i.name}-idle-after.txt")
-                # And what the allocator's pages hold: free pages not handed back, or free blocks
-                # kept resident by a few live ones on their page.
-                try:
-                    census = subprocess.run([sys.executable, str(HEAP_CENSUS), str(i.kshim.pid)],
-                                            capture_output=True, text=True, timeout=60)
-                    text = census.stdout + census.stderr
-                except (OSError, subprocess.TimeoutExpired) as e:
-                    text = f"heap_census.py did not run: {e}\n"
-                (out / f"heap-{i.name}-idle-after.txt").write_text(text)
                 # And what each descriptor is, for a descriptor count that did not come back.
                 try:
                     fds = sorted(os.listdir(f"/proc/{i.kshim.pid}/fd"), key=int)
