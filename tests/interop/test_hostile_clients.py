@@ -684,9 +684,10 @@ FLOOD_MAX_S = 60.0
 def flood(host: str, port: int, connections: int, requests: int, watch) -> tuple[int, int, int]:
     """Opens `connections` connections, each writing `requests` ApiVersions v3 back to back and
     reading nothing, until every one has written them all or none has taken a byte for
-    FLOOD_STALL_S, and holds them open FLOOD_HOLD_S more, while kshim answers what it read.
-    `watch()` is called between rounds. Returns (connections opened, refused or closed by
-    kshim, requests written whole)."""
+    FLOOD_STALL_S, and holds them open up to FLOOD_HOLD_S more, while kshim answers what it
+    read. `watch()` is called between rounds; once the connections are written, the hold ends
+    when it returns true. Returns (connections opened, refused or closed by kshim, requests
+    written whole)."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < connections + 256:
@@ -728,8 +729,7 @@ def flood(host: str, port: int, connections: int, requests: int, watch) -> tuple
             time.sleep(0.02)
         written = sum(o // len(frame) for o in offsets)
         hold = time.monotonic() + FLOOD_HOLD_S
-        while time.monotonic() < hold:
-            watch()
+        while time.monotonic() < hold and not watch():
             time.sleep(0.1)
         return len(socks), refused, written
     finally:
@@ -761,9 +761,10 @@ def test_thousands_of_clients_that_never_read_cannot_get_kshim_killed(kshim_bina
              (struct.pack(">i", len(request)) + request).hex(), str(tmp_path / "stop")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         assert probe.stdout is not None and probe.stdout.readline().strip() == "connected"
-        seen = {"rss": 0.0, "unready": "", "asked": 0.0}
+        seen = {"rss": 0.0, "unready": "", "asked": 0.0, "shedding_at": 0.0}
 
-        def watch() -> None:
+        def watch() -> bool:
+            """Samples kshim; true once it has said it sheds load and held for 2 s since."""
             try:
                 seen["rss"] = max(seen["rss"], rss_mib(proc.pid))
             except (AssertionError, OSError):
@@ -773,6 +774,8 @@ def test_thousands_of_clients_that_never_read_cannot_get_kshim_killed(kshim_bina
                 status, text = admin.call("GET", "/readyz")
                 if status == 503:
                     seen["unready"] = str(text)
+                    seen["shedding_at"] = time.monotonic()
+            return bool(seen["unready"]) and time.monotonic() > seen["shedding_at"] + 2.0
 
         started = time.monotonic()
         opened, refused_here, written = flood(host, port, FLOOD_CONNECTIONS, FLOOD_REQUESTS, watch)
