@@ -12,6 +12,7 @@ use crate::policy::PolicyCell;
 use crate::protocol::response::EncodeError;
 use crate::server::budget::FrameBudget;
 use crate::server::ceiling::{self, MemoryCeiling};
+use crate::server::memory::MemoryLimit;
 use crate::server::{self, admission, Limits};
 use crate::store::{FileStore, StoreError};
 use crate::tls::{TlsCell, TlsMaterial};
@@ -166,7 +167,9 @@ pub(crate) async fn bind_listener(
 /// (its own and its upstream link), and every broker a listener and a control
 /// connection.
 pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limits {
-    let memory = memory_ceiling(config);
+    // What kshim may use, read once for the ceiling and the frame budget.
+    let limit = crate::server::memory::memory_limit();
+    let memory = memory_ceiling(config, &limit);
     let mut max_connections = config.max_connections;
     if let Some(descriptors) = admission::raise_descriptor_limit() {
         let (fixed, per_connection) = match upstream {
@@ -233,25 +236,24 @@ pub(crate) fn limits(config: &Config, upstream: Option<&UpstreamConfig>) -> Limi
         frame_timeout: Duration::from_millis(config.frame_read_timeout_ms),
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         request_timeout: Duration::from_millis(upstream.map_or(30_000, |u| u.request_timeout_ms)),
-        budget: FrameBudget::new(frame_budget(config)),
+        budget: FrameBudget::new(frame_budget(config, &limit)),
         memory,
         proxy_protocol: crate::server::ProxyProtocol {
             mode: config.proxy_protocol,
             trusted: std::sync::Arc::new(config.proxy_protocol_trusted.clone()),
         },
-        ..Limits::default()
+        max_in_flight: server::DEFAULT_MAX_IN_FLIGHT,
     }
 }
 
 /// The heap's ceiling: `max_memory_bytes`, or the default that the memory
 /// kshim may use gives; logged with where it came from.
-fn memory_ceiling(config: &Config) -> Arc<MemoryCeiling> {
+fn memory_ceiling(config: &Config, limit: &MemoryLimit) -> Arc<MemoryCeiling> {
     use crate::server::memory;
-    let limit = memory::memory_limit();
     let (bytes, why) = match config.max_memory_bytes {
         Some(bytes) => (bytes, "max_memory_bytes".to_owned()),
         None => (
-            memory::default_ceiling(&limit),
+            memory::default_ceiling(limit),
             format!(
                 "the default for {} MiB, from {}; max_memory_bytes sets it",
                 limit.bytes >> 20,
@@ -279,13 +281,12 @@ pub(crate) fn watch_limits(metrics: &Metrics, limits: &Limits) {
 /// The global budget for frames in transit: `max_queued_request_bytes`, or
 /// the default that the memory kshim may use gives. Logged with where it came
 /// from, and with a warning when the largest frame leaves little room.
-fn frame_budget(config: &Config) -> usize {
+fn frame_budget(config: &Config, limit: &MemoryLimit) -> usize {
     use crate::server::memory;
-    let limit = memory::memory_limit();
     let (budget, why) = match config.max_queued_request_bytes {
         Some(bytes) => (bytes, "max_queued_request_bytes"),
         None => (
-            memory::default_frame_budget(config.max_frame_bytes, &limit),
+            memory::default_frame_budget(config.max_frame_bytes, limit),
             "the default for that memory; max_queued_request_bytes sets it",
         ),
     };

@@ -157,6 +157,7 @@ impl Metrics {
             "kshim_connections_muted_total {}",
             load(&self.connections_muted)
         );
+        let allocator = crate::heap::allocator_stats();
         for (name, kind, help, value) in [
             (
                 "kshim_heap_allocated_bytes",
@@ -174,13 +175,13 @@ impl Metrics {
                 "kshim_allocator_allocated_bytes",
                 "gauge",
                 "jemalloc's stats.allocated: bytes in blocks handed out.",
-                crate::heap::allocator_stats().map(|s| s.0),
+                allocator.map(|s| s.0),
             ),
             (
                 "kshim_allocator_resident_bytes",
                 "gauge",
                 "jemalloc's stats.resident: bytes of its pages that are resident.",
-                crate::heap::allocator_stats().map(|s| s.1),
+                allocator.map(|s| s.1),
             ),
             (
                 "kshim_resident_memory_bytes",

@@ -22,6 +22,7 @@
 //!
 //! Owns no connection: the listeners and the connections ask it.
 
+use crate::metrics::MemoryCeilingSnapshot;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -63,16 +64,6 @@ impl std::fmt::Debug for MemoryCeiling {
     }
 }
 
-/// What /metrics and /readyz show of the ceiling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CeilingSnapshot {
-    pub ceiling: u64,
-    /// At the last reading.
-    pub held: u64,
-    pub shedding: bool,
-    pub episodes: u64,
-}
-
 impl MemoryCeiling {
     /// A ceiling of `bytes` over what `held` reads.
     pub fn new(bytes: u64, held: HeldGauge) -> Arc<MemoryCeiling> {
@@ -100,8 +91,9 @@ impl MemoryCeiling {
         self.shedding.load(Ordering::Relaxed)
     }
 
-    pub fn snapshot(&self) -> CeilingSnapshot {
-        CeilingSnapshot {
+    /// What /metrics and /readyz show of the ceiling.
+    pub fn snapshot(&self) -> MemoryCeilingSnapshot {
+        MemoryCeilingSnapshot {
             ceiling: self.bytes,
             held: self.last_held.load(Ordering::Relaxed),
             shedding: self.shedding(),
@@ -155,14 +147,8 @@ impl MemoryCeiling {
 }
 
 impl crate::metrics::MemoryCeilingGauge for MemoryCeiling {
-    fn snapshot(&self) -> crate::metrics::MemoryCeilingSnapshot {
-        let s = MemoryCeiling::snapshot(self);
-        crate::metrics::MemoryCeilingSnapshot {
-            ceiling: s.ceiling,
-            held: s.held,
-            shedding: s.shedding,
-            episodes: s.episodes,
-        }
+    fn snapshot(&self) -> MemoryCeilingSnapshot {
+        MemoryCeiling::snapshot(self)
     }
 }
 

@@ -28,6 +28,9 @@ use tokio_util::task::TaskTracker;
 /// a Kafka broker's socket buffers, and Envoy's default per-connection buffer.
 pub const DEFAULT_MAX_UNSENT_RESPONSE_BYTES: usize = 1 << 20;
 
+/// Requests one connection reads ahead of their responses.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+
 /// How long a client has to finish its TLS handshake, from the moment its
 /// connection was accepted, unless `tls_handshake_timeout_ms` says otherwise.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -146,6 +149,7 @@ impl ProxyProtocol {
 
 impl Default for Limits {
     fn default() -> Self {
+        let limit = memory::memory_limit();
         Limits {
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME_BYTES,
             max_unauthenticated_frame_bytes: None,
@@ -155,7 +159,7 @@ impl Default for Limits {
             max_connections_per_ip_overrides: Arc::default(),
             idle_timeout: Duration::from_secs(600),
             frame_timeout: Duration::from_secs(60),
-            max_in_flight: 64,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_unsent_response_bytes: DEFAULT_MAX_UNSENT_RESPONSE_BYTES,
             shutdown_grace: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
@@ -163,9 +167,9 @@ impl Default for Limits {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             budget: FrameBudget::new(memory::default_frame_budget(
                 crate::protocol::DEFAULT_MAX_FRAME_BYTES,
-                &memory::memory_limit(),
+                &limit,
             )),
-            memory: MemoryCeiling::of_heap(memory::default_ceiling(&memory::memory_limit())),
+            memory: MemoryCeiling::of_heap(memory::default_ceiling(&limit)),
         }
     }
 }

@@ -384,9 +384,11 @@ def stream_tls(bootstrap: str, cafile: Path, piece: int, total: int) -> int:
     answers = bytearray()
     answered = 0
     deadline = time.monotonic() + 120
-    while (sent < total or pending or answered < wanted) and time.monotonic() < deadline:
-        # Records are encrypted ahead of the socket, so that pieces run across their boundaries
-        # as segments of a stream do.
+
+    def encrypt_ahead() -> None:
+        """Records are encrypted ahead of the socket, so that pieces run across their
+        boundaries as segments of a stream do."""
+        nonlocal sent, wanted, pending
         while len(pending) < 65536 and sent < total:
             at = sent % len(block)
             chunk = block[at:at + 16384]
@@ -395,6 +397,9 @@ def stream_tls(bootstrap: str, cafile: Path, piece: int, total: int) -> int:
             if at + len(chunk) == len(block):
                 wanted += requests_per_block
             pending += outgoing.read()
+
+    while (sent < total or pending or answered < wanted) and time.monotonic() < deadline:
+        encrypt_ahead()
         readable, writable, _ = select.select([sock], [sock] if pending else [], [], 0.05)
         # Pieces back to back, as segments arrive at line rate on a real link (a 1,448-byte
         # segment every 1.2 microseconds at 10 Gbit/s).
@@ -404,14 +409,7 @@ def stream_tls(bootstrap: str, cafile: Path, piece: int, total: int) -> int:
                 del pending[:n]
             except BlockingIOError:
                 break
-            while len(pending) < 65536 and sent < total:
-                at = sent % len(block)
-                chunk = block[at:at + 16384]
-                tls.write(chunk)
-                sent += len(chunk)
-                if at + len(chunk) == len(block):
-                    wanted += requests_per_block
-                pending += outgoing.read()
+            encrypt_ahead()
         if readable:
             data = sock.recv(1 << 18)
             assert data, "kshim closed the connection"
