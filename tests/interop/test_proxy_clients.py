@@ -707,6 +707,9 @@ class ProxyClientSuite:
         node = env.cluster.nodes[-1]
         info = ke.api_versions(node.bootstrap)
         assert info.error_code == 0
+        # The broker logs the accept on its own thread: wait for the line before the proof reads
+        # the log (stray_connections returns at once when nothing stray is logged yet).
+        ke.wait_until(lambda: env.stray_connections(marks)[0], 8)
         stray, total = env.stray_connections(marks)
         assert total >= 1, f"{node.connections_log_path} recorded no accepted connection"
         assert any(s.node_id == node.node_id and s.local_port == node.port for s in stray), stray
