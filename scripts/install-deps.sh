@@ -9,7 +9,8 @@
 #   - the Kafka 4.0.2, 4.2.2, 4.3.2 and 4.4.0 brokers in build/kafka-jars-<release>/ (the same
 #     pom at other versions)
 #   - the Go modules of tests/interop/go, when that directory has a go.mod, and its programs
-#     (kshim-go-probe, kshim-go-client) built into build/bin/
+#     (kshim-go-probe, kshim-go-client) built into build/bin/, and Toxiproxy 2.5.0 (the network
+#     lab's links, tests/interop/netlab.py) into build/bin/toxiproxy-server
 #   - a C++ compiler, for libFuzzer (built by the fuzz targets' libfuzzer-sys), and a C compiler
 #     for the SNI tests' test resolver
 # Safe to run again: each step checks first and skips what is already in place.
@@ -235,6 +236,12 @@ if [ -f "$GO_DIR/go.mod" ]; then
       || die "go build of tests/interop/go/cmd/$name failed"
     [ -x "$ROOT/build/bin/$name" ] || die "go build did not produce build/bin/$name"
   done
+  # Toxiproxy, the network lab's links (tests/interop/netlab.py): a tool of the module (go.mod's
+  # `tool` line pins the version).
+  step "go build build/bin/toxiproxy-server (Toxiproxy 2.5.0)"
+  (cd "$GO_DIR" && timeout 900 go build -o "$ROOT/build/bin/toxiproxy-server" github.com/Shopify/toxiproxy/v2/cmd/server) \
+    || die "go build of Toxiproxy (github.com/Shopify/toxiproxy/v2/cmd/server, tests/interop/go/go.mod) failed"
+  [ -x "$ROOT/build/bin/toxiproxy-server" ] || die "go build did not produce build/bin/toxiproxy-server"
 else
   step "tests/interop/go has no go.mod; skipping go mod download"
 fi
