@@ -7,8 +7,8 @@
 #   scripts/soak.sh --quick         every fault kind once, shorter and back to back; the load ends
 #                                   15 s after the last fault healed (about 3 minutes, at most 5)
 #   options: --mbps N (bulk load, MiB/s), --seed N (repeat a schedule), --out DIR (report),
-#            --pin (kshim on the last CPU, brokers and clients on the others), --realtime (kshim's
-#            threads at SCHED_FIFO 1: no run needs it),
+#            --kinds A,B (only these fault kinds), --pin (kshim on the last CPU, brokers and
+#            clients on the others), --realtime (kshim's threads at SCHED_FIFO 1: no run needs it),
 #            --bulk-direct (the bulk producer writes to the brokers, not through kshim)
 #
 # Installs what is missing (scripts/install-deps.sh) and builds kshim (cargo build --release)

@@ -1449,6 +1449,12 @@ def report(out: Path, prof: Profile, seed: int, t0: float, load_s: float, rec: R
 def run(args) -> int:
     prof = replace(profile(args.minutes, args.quick, args.mbps, args.lean_brokers), bulk_direct=args.bulk_direct,
                    debug_producer=args.debug_producer, kshim_realtime=args.realtime)
+    if args.kinds:
+        unknown = set(args.kinds.split(",")) - set(KINDS)
+        if unknown:
+            print(f"soak: unknown fault kinds {sorted(unknown)}; the kinds are {', '.join(KINDS)}", file=sys.stderr)
+            return 2
+        prof = replace(prof, kinds=tuple(args.kinds.split(",")))
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kshim-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
@@ -1594,6 +1600,8 @@ def main() -> int:
     ap.add_argument("--mbps", type=float, help="bulk load in MiB/s (default 5; 0.125 with --quick)")
     ap.add_argument("--lean-brokers", action="store_true",
                     help="brokers with the C1 compiler and the serial collector, half the CPU (always with --quick)")
+    ap.add_argument("--kinds", help="only these fault kinds, comma-separated (default: every kind; with --quick, "
+                                    "every process kind and two network kinds)")
     ap.add_argument("--realtime", action="store_true",
                     help="kshim's threads at SCHED_FIFO 1 (root or CAP_SYS_NICE): its own time without the wait "
                          "for a core the other processes hold; no run needs it")
