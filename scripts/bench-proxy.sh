@@ -23,6 +23,15 @@
 #                                                # idle connections (plaintext and TLS): memory per connection;
 #                                                # a storm of new TLS connections beside connected clients
 #   (--study metadata and --study connections are run by tests/tools/scale_bench.py; --help there)
+#   bash scripts/bench-proxy.sh --study network --no-build
+#                                                # across a network: direct, kshim and socat behind links of
+#                                                # tests/interop/netlab.py (RTT 20 ms plaintext; RTT 1 ms plaintext
+#                                                # and TLS), in a namespace whose loopback has MTU 1500 (root);
+#                                                # produce, round-trip-bound produce, consume (about 8 minutes on 2 cores)
+#   BENCH_ROUNDS=5 bash scripts/bench-proxy.sh --study network --conditions wan
+#                                                # one condition of wan, lan, lan-tls; --legs direct,kshim,relay too
+#   (--study network is run by tests/tools/net_bench.py; knobs BENCH_NET_RECORDS_WAN, BENCH_NET_RECORDS_LAN,
+#    BENCH_NET_CONSUME, BENCH_NET_MTU (0: the host's loopback); --help there)
 #
 # Other knobs: BENCH_RECORDS_1K, BENCH_RECORDS_64K (records per produce run),
 # BENCH_LATENCY_SECS, BENCH_LATENCY_RATE_1K, BENCH_LATENCY_RATE_64K (latency runs),
@@ -64,8 +73,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) exec "$PY" "$ROOT/tests/tools/proxy_bench.py" --help ;;
     --tls) examples+=(tls_bench); driver_args+=("$1") ;;
-    --study) [ $# -ge 2 ] || die "--study needs a value: latency, metadata or connections"
+    --study) [ $# -ge 2 ] || die "--study needs a value: latency, metadata, connections or network"
              case "$2" in
+               network) driver="net_bench.py"; legs="direct,kshim,relay" ;;
                metadata) driver="scale_bench.py"; examples+=(metadata_bench) ;;
                connections) driver="scale_bench.py"; examples+=(tls_bench); legs="kshim,relay" ;;
              esac
@@ -93,6 +103,10 @@ command -v javac >/dev/null 2>&1 || die "javac is not on PATH (it compiles tests
 
 if has_leg relay; then
   command -v socat >/dev/null 2>&1 || die "socat is not on PATH (the relay leg runs it). Run: bash scripts/install-deps.sh, or leave the leg out with --legs"
+fi
+
+if [ "$driver" = net_bench.py ]; then
+  [ -x "$ROOT/build/bin/toxiproxy-server" ] || die "build/bin/toxiproxy-server is missing (the network lab's links). Run: bash scripts/install-deps.sh"
 fi
 
 # ---------------------------------------------------------------------------- kshim

@@ -9,8 +9,11 @@ Two mechanisms, because the kernel here has neither netem nor a qdisc that delay
   proxy on loopback that the dialling side connects to instead of its peer. On a link:
     - `shape(rtt_ms=, bandwidth_kbps=, segment_bytes=)`: half the round trip is added in each
       direction, to every chunk after it arrives (a pipe of that length: nothing waits for the
-      chunk ahead of it); the bandwidth is per direction; the segment size cuts every write into
-      pieces of about that many bytes (Toxiproxy's slicer), for a path that must see them;
+      chunk ahead of it). Toxiproxy delays by whole milliseconds: the round trip is rounded to
+      one, and an odd one puts its extra millisecond in the forward direction (1 ms is 1 ms
+      forward and none back; `one_way_ms(rtt_ms)` gives the pair). The bandwidth is per
+      direction; the segment size cuts every write into pieces of about that many bytes
+      (Toxiproxy's slicer), for a path that must see them;
     - `cut(direction)`: nothing passes, nothing is reset, nothing is lost: a chunk stays in the
       link until `heal()`, as a segment on a cut path stays in its sender's socket and is
       retransmitted once the path is back. New connections are accepted by the link and then
@@ -35,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,6 +60,13 @@ TOXIPROXY_VERSION = "2.5.0"
 # every held chunk passes at once, in order (Toxiproxy hands a removed toxic's chunks on).
 CUT_MS = 24 * 3600 * 1000
 DIRECTIONS = {"forward": ("upstream",), "back": ("downstream",), "both": ("upstream", "downstream")}
+
+
+def one_way_ms(rtt_ms: float) -> tuple[int, int]:
+    """(forward, back) whole milliseconds that make up a round trip of `rtt_ms`, as `shape`
+    sets them: half each way, the odd millisecond forward."""
+    total = max(0, int(math.floor(rtt_ms + 0.5)))
+    return total - total // 2, total // 2
 
 
 def require_toxiproxy() -> Path:
@@ -146,9 +158,10 @@ class Link:
     def shape(self, rtt_ms: float = 0, bandwidth_kbps: int | None = None, segment_bytes: int | None = None) -> "Link":
         """Replaces the link's shape; a cut stays as it is."""
         self._remove("shape-")
+        delay = dict(zip(DIRECTIONS["both"], one_way_ms(rtt_ms)))
         for stream in DIRECTIONS["both"]:
-            if rtt_ms:
-                self._add(f"shape-latency-{stream}", "latency", stream, latency=int(round(rtt_ms / 2)), jitter=0)
+            if delay[stream]:
+                self._add(f"shape-latency-{stream}", "latency", stream, latency=delay[stream], jitter=0)
             if bandwidth_kbps:
                 self._add(f"shape-bandwidth-{stream}", "bandwidth", stream, rate=int(bandwidth_kbps))
             if segment_bytes:
@@ -221,7 +234,18 @@ def main() -> int:
         ap.error("no command given (netlab.py --mtu 1500 -- CMD ARGS...)")
     try:
         with Mtu(args.mtu) as ns:
-            return subprocess.run(ns.command(argv)).returncode
+            proc = subprocess.Popen(ns.command(argv))
+
+            def forward(signum, _frame):
+                proc.send_signal(signum)
+
+            # The command stops what it started before the namespace goes: SIGTERM and SIGHUP
+            # are passed on to it, and a Ctrl-C reaches it from the terminal (one process group),
+            # so this process only waits (subprocess.run would SIGKILL it a moment after a Ctrl-C).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, forward)
+            signal.signal(signal.SIGHUP, forward)
+            return proc.wait()
     except ke.EnvError as e:
         print(f"netlab: {e}", file=sys.stderr)
         return 2

@@ -971,12 +971,13 @@ def _bindable(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
-def relay_command(socat: str, port: int, target_port: int) -> list[str]:
-    """The relay leg's socat: listens on `port`, forks per connection, forwards to `target_port`."""
+def relay_command(socat: str, port: int, target_port: int, bind: str = "127.0.0.1") -> list[str]:
+    """The relay leg's socat: listens on `bind`:`port`, forks per connection, forwards to
+    127.0.0.1:`target_port`."""
     return [
         socat,
         "-b", str(RELAY_BUFFER),
-        f"TCP4-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=4096,nodelay",
+        f"TCP4-LISTEN:{port},bind={bind},reuseaddr,fork,backlog=4096,nodelay",
         f"TCP4:127.0.0.1:{target_port},nodelay",
     ]
 
@@ -986,10 +987,13 @@ class SocatRelay(Forwarder):
 
     leg = "relay"
 
-    def __init__(self, workdir: Path, port: int, target_port: int):
+    def __init__(self, workdir: Path, port: int, target_port: int, bind: str = "127.0.0.1"):
+        """`bind`: the address socat listens on (tests/tools/net_bench.py puts a link of the
+        network lab on 127.0.0.1:`port` in front of it)."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.port = port
+        self.bind = bind
         self.upstream_port = target_port
         self.log_path = workdir / "socat.log"
         self.peak_pss_kib = 0
@@ -1005,7 +1009,7 @@ class SocatRelay(Forwarder):
         socat = shutil.which("socat")
         if socat is None:
             raise BenchError(f"socat is not on PATH (the relay leg needs it). Run: {ke.INSTALL_HINT}")
-        self.proc = ke._spawn(relay_command(socat, self.port, self.upstream_port), cwd=self.workdir,
+        self.proc = ke._spawn(relay_command(socat, self.port, self.upstream_port, self.bind), cwd=self.workdir,
                               log_path=self.log_path)
         self.advertised = wait_routed(self.leg, self.bootstrap, self.alive, self.log_path, bypass_ports, 20.0,
                                       self.tls)
@@ -1181,7 +1185,10 @@ def _cpu_per_gib(cpu0: float | None, cpu1: float | None, moved: float) -> tuple[
     return (cpu1 - cpu0) / (moved / GIB), cpu1 - cpu0
 
 
-def produce(tools: ToolRunner, ep: Endpoint, topic: str, size: int, records: int, acks: str) -> dict:
+def produce(tools: ToolRunner, ep: Endpoint, topic: str, size: int, records: int, acks: str,
+            props: dict[str, str] | None = None, request_latency: bool = False) -> dict:
+    """`props`: more producer properties, after (and so over) the ones set here;
+    `request_latency`: also the producer's request-latency-avg (ms), from its metrics."""
     cpu0 = ep.cpu()
     out = tools.java(
         f"produce-{ep.leg}-{size}-acks{acks}",
@@ -1191,12 +1198,14 @@ def produce(tools: ToolRunner, ep: Endpoint, topic: str, size: int, records: int
             "--num-records", str(records),
             "--record-size", str(size),
             "--throughput", "-1",
+            *(["--print-metrics"] if request_latency else []),
             "--producer-props",
             f"bootstrap.servers={ep.bootstrap}",
             f"acks={acks}",
             # The idempotent producer (the default) insists on acks=all.
             f"enable.idempotence={'true' if acks == 'all' else 'false'}",
             f"client.id=bench-produce-{ep.leg}",
+            *(f"{k}={v}" for k, v in (props or {}).items()),
             *ep.config_args("--producer.config"),
         ],
     )
@@ -1208,7 +1217,11 @@ def produce(tools: ToolRunner, ep: Endpoint, topic: str, size: int, records: int
     if int(sent) != records:
         raise BenchError(f"ProducerPerformance acknowledged {sent} of {records} records via {ep.leg}")
     per_gib, secs = _cpu_per_gib(cpu0, cpu1, records * size)
-    return {f"prod_mbs_{acks}": float(mbps), f"cpu_prod_{acks}": per_gib, f"cpu_prod_{acks}_s": secs}
+    out_keys = {f"prod_mbs_{acks}": float(mbps), f"cpu_prod_{acks}": per_gib, f"cpu_prod_{acks}_s": secs}
+    if request_latency:
+        m = re.search(r"^producer-metrics:request-latency-avg:\{[^}]*\}\s*:\s*([\d.]+)", out, re.M)
+        out_keys["request_latency_ms"] = float(m.group(1)) if m else None
+    return out_keys
 
 
 def consume(tools: ToolRunner, ep: Endpoint, topic: str, size: int, messages: int, group: str) -> dict:
