@@ -603,6 +603,7 @@ class Placement:
         self.kshim_cpus, self.other_cpus = {cpus[-1]}, set(cpus[:-1])
         self.kafka, self.instances = kafka, instances
         self.java_pid: int | None = None
+        self.lab_pid: int | None = None  # the network lab's links carry kshim's traffic: not on kshim's CPU
         self.stop = threading.Event()
         if pin:
             pin_tasks(os.getpid(), self.other_cpus)
@@ -613,7 +614,7 @@ class Placement:
     def describe(self) -> str:
         parts = []
         if self.pin:
-            parts.append(f"kshim on CPU {sorted(self.kshim_cpus)}, brokers, clients and the driver on CPU "
+            parts.append(f"kshim on CPU {sorted(self.kshim_cpus)}, brokers, clients, the network lab and the driver on CPU "
                          f"{sorted(self.other_cpus)}")
         if self.realtime:
             parts.append(f"kshim's threads at SCHED_FIFO {REALTIME_PRIORITY} (its TLS handshake threads "
@@ -631,6 +632,7 @@ class Placement:
             for node in self.kafka.nodes:
                 pin_tasks(node.pid, self.other_cpus)
             pin_tasks(self.java_pid, self.other_cpus)
+            pin_tasks(self.lab_pid, self.other_cpus)
 
     def _run(self) -> None:
         while not self.stop.wait(1.0):
@@ -1480,6 +1482,7 @@ def run(args) -> int:
         tail = history.StateTail(lambda: [n.probe_bootstrap for n in kafka.nodes if n.alive()]).start()
         if args.pin or prof.kshim_realtime:
             placement = Placement(kafka, instances, args.pin, prof.kshim_realtime)
+            placement.lab_pid = lab.proc.pid
             log(f"placed: {placement.describe()}")
         fill_tls_session_caches(instances, certs)
         time.sleep(12)  # as before the sample after the load (below)
@@ -1606,7 +1609,7 @@ def main() -> int:
                     help="kshim's threads at SCHED_FIFO 1 (root or CAP_SYS_NICE): its own time without the wait "
                          "for a core the other processes hold; no run needs it")
     ap.add_argument("--pin", action="store_true",
-                    help="kshim on the last CPU, the brokers, the clients and this driver on the others")
+                    help="kshim on the last CPU, the brokers, the clients, the network lab and this driver on the others")
     ap.add_argument("--bulk-direct", action="store_true",
                     help="the bulk producer writes to the brokers directly (every other client still goes "
                          "through kshim): tells the producer's own behaviour under the faults from kshim's")
