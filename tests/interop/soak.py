@@ -1395,11 +1395,15 @@ def run_quiet_windows(prof: Profile, quiet_file: Path, activity: "Activity", rec
 
 
 def run_faults(faults: Faults, planned: list, prof: Profile, t0: float) -> None:
-    """Each planned fault at its time, or once the one before has healed and `gap_s` passed."""
+    """Each planned fault at its time, or once the one before has healed and `gap_s` passed. A
+    full run's load goes on after its faults (the quiet windows come after them), so a fault
+    delayed by a slow one before it still starts up to the load's planned end; a run whose load
+    ends at a set time keeps its last `tail_s` free of faults."""
     next_free = t0
+    last_start = prof.seconds - (0 if prof.quiet_windows else prof.tail_s)
     for at, kind in planned:
         start = max(t0 + at, next_free)
-        if start > t0 + prof.seconds - prof.tail_s:
+        if start > t0 + last_start:
             log(f"no time left for {kind}")
             continue
         time.sleep(max(0.0, start - time.time()))
@@ -1514,8 +1518,9 @@ def run(args) -> int:
             time.sleep(max(0.0, load_end - time.time()))
             stop_file.touch()
         elif prof.quiet_windows:
-            # The full load ran its time and its faults healed: the quiet windows, then the end.
-            time.sleep(max(0.0, max(load_end, last_heal + prof.grace_s) - time.time()))
+            # The full load ran its time, and tail_s more after the last fault healed: the quiet
+            # windows, then the end.
+            time.sleep(max(0.0, max(load_end, last_heal + prof.tail_s) - time.time()))
             run_quiet_windows(prof, out / QUIET_FILE, activity, rec)
             stop_file.touch()
             load_end = time.time()
