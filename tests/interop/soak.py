@@ -1396,11 +1396,11 @@ def run_quiet_windows(prof: Profile, quiet_file: Path, activity: "Activity", rec
 
 def run_faults(faults: Faults, planned: list, prof: Profile, t0: float) -> None:
     """Each planned fault at its time, or once the one before has healed and `gap_s` passed. A
-    full run's load goes on after its faults (the quiet windows come after them), so a fault
-    delayed by a slow one before it still starts up to the load's planned end; a run whose load
-    ends at a set time keeps its last `tail_s` free of faults."""
+    full run's load goes on after its faults (the quiet windows come after them), so every
+    planned fault runs, however late the slow ones before it make it; a run whose load ends at a
+    set time keeps its last `tail_s` free of faults."""
     next_free = t0
-    last_start = prof.seconds - (0 if prof.quiet_windows else prof.tail_s)
+    last_start = math.inf if prof.quiet_windows else prof.seconds - prof.tail_s
     for at, kind in planned:
         start = max(t0 + at, next_free)
         if start > t0 + last_start:
