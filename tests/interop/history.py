@@ -59,15 +59,6 @@ def _zigzag(buf: bytes, pos: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def _skip_tags(buf: bytes, pos: int) -> int:
-    n, pos = ke._uvarint(buf, pos)
-    for _ in range(n):
-        _, pos = ke._uvarint(buf, pos)
-        size, pos = ke._uvarint(buf, pos)
-        pos += size
-    return pos
-
-
 def parse_batches(data: bytes) -> list[dict]:
     """The whole record batches (magic 2, uncompressed, as kshim writes them) in `data`; a batch
     cut off at the end of a fetch is left for the next one."""
@@ -113,7 +104,7 @@ def parse_batches(data: bytes) -> list[dict]:
 def fetch_v12_records(resp: bytes) -> tuple[int, int, bytes]:
     """(error code, high watermark, records) of the one partition of a Fetch v12 response
     (without its size)."""
-    pos = _skip_tags(resp, 4)  # correlation id, header tags
+    pos = ke._skip_tags(resp, 4)  # correlation id, header tags
     pos += 4 + 2 + 4  # throttle, error, session
     topics, pos = ke._uvarint(resp, pos)
     assert topics == 2, "one topic asked for"
@@ -124,7 +115,7 @@ def fetch_v12_records(resp: bytes) -> tuple[int, int, bytes]:
     pos += 4 + 2 + 8 + 8 + 8
     aborted, pos = ke._uvarint(resp, pos)
     for _ in range(max(aborted - 1, 0)):
-        pos = _skip_tags(resp, pos + 16)
+        pos = ke._skip_tags(resp, pos + 16)
     pos += 4  # preferred read replica
     size, pos = ke._uvarint(resp, pos)
     return error, hw, resp[pos:pos + max(size - 1, 0)]
@@ -246,13 +237,13 @@ def one_writer_at_a_time(state: list[dict], cluster_id: str) -> tuple[bool, str]
             return False, (f"producer {b['pid']} wrote at epoch {b['epoch']} after epoch {before['epoch']}: "
                            f"{brief(before)} then {brief(b)}")
         last[b["pid"]] = b
+    feats = committed_features(state, cluster_id)
     txns: dict[tuple[int, int], set] = {}
-    for r in committed_features(state, cluster_id):
+    for r in feats:
         txns.setdefault((r["pid"], r["producer_epoch"]), set()).add(r["writer"])
     several = {k: v for k, v in txns.items() if len(v) > 1}
     if several:
         return False, f"one producer epoch's committed records name several writers: {several}"
-    feats = committed_features(state, cluster_id)
     for a, b in zip(feats, feats[1:]):
         if b["epoch"] is None or a["epoch"] is None or b["epoch"] <= a["epoch"]:
             return False, f"committed feature epochs do not go up: {a} then {b}"
@@ -345,7 +336,7 @@ def check(history: dict) -> dict[str, dict]:
                                                        history["converge_s"])[:2],
     }
     if not history.get("state_complete", True):
-        held, detail = verdicts["one_writer_at_a_time"]
+        _, detail = verdicts["one_writer_at_a_time"]
         verdicts["one_writer_at_a_time"] = (False, "the state tail did not reach the partition's end; " + detail)
     return {k: {"held": bool(v[0]), "detail": v[1]} for k, v in verdicts.items()}
 

@@ -89,15 +89,6 @@ def round_trip_ms(s: socket.socket, n: int = 5) -> float:
     return best
 
 
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        assert chunk, "the link closed the connection"
-        out += chunk
-    return out
-
-
 def test_round_trip_time_is_what_the_link_was_given(lab, echo):
     link = lab.link("rtt", f"127.0.0.1:{echo.port}")
     with connect(link) as s:
@@ -129,7 +120,7 @@ def test_a_cut_holds_its_direction_and_loses_nothing(lab, echo):
         assert echo.received == 1, "a forward cut let bytes reach the peer"
         link.heal()
         s.settimeout(5)
-        assert recv_exact(s, 4) == b"held", "what the cut held did not pass after the heal"
+        assert ke._recv_exact(s, 4) == b"held", "what the cut held did not pass after the heal"
 
         link.cut("back")  # one way: the peer hears the client, the client hears nothing
         s.sendall(b"one-way")
@@ -139,7 +130,7 @@ def test_a_cut_holds_its_direction_and_loses_nothing(lab, echo):
             s.recv(16)
         link.heal()
         s.settimeout(5)
-        assert recv_exact(s, 7) == b"one-way"
+        assert ke._recv_exact(s, 7) == b"one-way"
     events = [e["what"] for e in lab.events]
     assert events == ["cut", "heal", "cut", "heal"], events
 
